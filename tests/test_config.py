@@ -1,0 +1,147 @@
+"""The config system: defaults, overrides, and one clear line for every mistake."""
+
+from pathlib import Path
+
+import pytest
+
+import tinytf
+from tinytf.config import Config, ModelConfig, config_from_dict, load_config, parse_config, save_config
+from tinytf.errors import ConfigError
+
+CONFIGS = sorted(Path(__file__).resolve().parents[1].joinpath("configs").glob("*.yaml"))
+
+
+def test_configs_folder_is_not_empty():
+    assert len(CONFIGS) >= 3
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.name)
+def test_every_shipped_config_loads_and_builds(path):
+    config = load_config(path)
+    model = tinytf.build_model(config, vocab_size=11)
+    assert model.config == config.model
+
+
+def test_an_empty_file_means_all_defaults(tmp_path):
+    path = tmp_path / "empty.yaml"
+    path.write_text("")
+    assert load_config(path) == Config()
+
+
+def test_a_file_only_states_what_differs(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("model:\n  d_model: 64\n")
+    config = load_config(path)
+    assert config.model.d_model == 64
+    assert config.model.n_heads == ModelConfig().n_heads
+    assert config.train == Config().train
+
+
+def test_overrides_are_parsed_to_the_field_type(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("model:\n  d_model: 64\n")
+    config = load_config(
+        path, ["model.d_model=32", "train.lr=3e-4", "model.tie_embeddings=false", "model.arch=encoder", "seed=7"]
+    )
+    assert config.model.d_model == 32
+    assert config.train.lr == pytest.approx(3e-4) and isinstance(config.train.lr, float)
+    assert config.model.tie_embeddings is False
+    assert config.model.arch == "encoder"
+    assert config.seed == 7
+
+
+def test_scientific_notation_in_yaml_is_a_float():
+    assert parse_config("train:\n  lr: 3e-4\n").train.lr == pytest.approx(3e-4)
+
+
+def test_saved_config_round_trips(tmp_path):
+    config = config_from_dict({"model": {"arch": "encoder-decoder", "n_encoder_layers": 3}, "train": {"lr": 0.01}})
+    save_config(config, tmp_path / "saved.yaml")
+    assert load_config(tmp_path / "saved.yaml") == config
+
+
+def test_configs_are_immutable():
+    config = Config()
+    with pytest.raises(Exception, match="frozen"):
+        config.model.d_model = 3
+
+
+def test_derived_layer_counts():
+    assert ModelConfig(arch="decoder", n_layers=3).encoder_layers == 0
+    assert ModelConfig(arch="decoder", n_layers=3).decoder_layers == 3
+    seq2seq = ModelConfig(arch="encoder-decoder", n_layers=2, n_decoder_layers=5)
+    assert (seq2seq.encoder_layers, seq2seq.decoder_layers) == (2, 5)
+
+
+# Each case: YAML text, overrides, and fragments the one-line message must contain.
+ERROR_CASES = {
+    "unknown key with suggestion": ("model:\n  d_modle: 64\n", [], ["model.d_modle", "unknown key", "'d_model'"]),
+    "unknown section": ("trian:\n  lr: 0.1\n", [], ["trian", "unknown key", "'train'"]),
+    "unknown key, no close match": ("model:\n  zzz: 1\n", [], ["model.zzz", "allowed: arch, d_model"]),
+    "wrong type": ("model:\n  d_model: abc\n", [], ["model.d_model = 'abc'", "integer"]),
+    "float where int is needed": ("model:\n  n_layers: 2.5\n", [], ["model.n_layers = 2.5", "integer"]),
+    "bool where int is needed": ("model:\n  d_model: true\n", [], ["model.d_model = True"]),
+    "not positive": ("train:\n  steps: 0\n", [], ["train.steps = 0", "greater than 0"]),
+    "dropout out of range": ("model:\n  dropout: 1.0\n", [], ["model.dropout = 1.0", "less than 1"]),
+    "unknown enum value": (
+        "model:\n  arch: gpt\n",
+        [],
+        ["model.arch = 'gpt'", "'encoder', 'decoder' or 'encoder-decoder'"],
+    ),
+    "heads do not divide width": ("model:\n  d_model: 10\n  n_heads: 4\n", [], ["model:", "d_model=10", "n_heads=4"]),
+    "odd head width with rope": (
+        "model:\n  d_model: 12\n  n_heads: 4\n  positional: rope\n",
+        [],
+        ["model:", "even head width", "3"],
+    ),
+    "stack depth on a single-stack arch": (
+        "model:\n  arch: decoder\n  n_encoder_layers: 2\n",
+        [],
+        ["n_encoder_layers"],
+    ),
+    "section is not a mapping": ("model: 5\n", [], ["model", "expected a section"]),
+    "top level is not a mapping": ("- 1\n- 2\n", [], ["expected a mapping of sections", "a list"]),
+    "malformed YAML": ("model:\n  d_model: 64\n   n_heads: 4\n", [], ["line 3", "invalid YAML"]),
+    "bad override key": ("", ["model.d_modle=3"], ["--set model.d_modle=3", "'d_model'"]),
+    "bad override value": ("", ["model.n_heads=many"], ["--set model.n_heads=many", "model.n_heads = 'many'"]),
+    "override without '='": ("", ["model.d_model"], ["--set model.d_model", "KEY=VALUE"]),
+    "override below a value": ("", ["seed.x=1"], ["--set seed.x=1", "seed is a value"]),
+}
+
+
+@pytest.mark.parametrize("case", sorted(ERROR_CASES))
+def test_config_errors_are_one_clear_line(case, tmp_path):
+    text, overrides, fragments = ERROR_CASES[case]
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as caught:
+        load_config(path, overrides)
+    message = str(caught.value)
+    assert "\n" not in message
+    for fragment in fragments:
+        assert fragment in message
+    if not overrides:
+        assert message.startswith(str(path))
+
+
+def test_missing_file_and_folder(tmp_path):
+    with pytest.raises(ConfigError, match="config file not found"):
+        load_config(tmp_path / "nope.yaml")
+    with pytest.raises(ConfigError, match="is a folder"):
+        load_config(tmp_path)
+
+
+def test_several_errors_are_all_named_on_one_line():
+    with pytest.raises(ConfigError) as caught:
+        parse_config("model:\n  d_model: x\n  n_heads: -1\n", source="c.yaml")
+    message = str(caught.value)
+    assert "model.d_model" in message and "model.n_heads" in message and "\n" not in message
+
+
+def test_loading_never_executes_yaml_tags(tmp_path):
+    path = tmp_path / "evil.yaml"
+    marker = tmp_path / "pwned"
+    path.write_text(f"seed: !!python/object/apply:os.system ['touch {marker}']\n")
+    with pytest.raises(ConfigError, match="invalid YAML"):
+        load_config(path)
+    assert not marker.exists()

@@ -1,0 +1,168 @@
+"""The assembled Transformer: causality, equivariance, padding, both attention paths."""
+
+import pytest
+import torch
+
+import tinytf
+from tinytf.config import config_from_dict
+from tinytf.model import Transformer
+
+ARCHS = ["encoder", "decoder", "encoder-decoder"]
+VOCAB = 13
+
+
+def make_model(arch, **model_keys):
+    torch.manual_seed(0)
+    keys = dict(arch=arch, d_model=16, n_heads=4, n_layers=2, d_ff=32) | model_keys
+    return tinytf.build_model({"model": keys}, vocab_size=VOCAB).eval()
+
+
+def sample_inputs(arch, batch=3, length=7, source_length=5):
+    tokens = torch.randint(0, VOCAB, (batch, length))
+    source = torch.randint(0, VOCAB, (batch, source_length)) if arch == "encoder-decoder" else None
+    return tokens, source
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("norm", ["pre", "post"])
+@pytest.mark.parametrize("positional", ["sinusoidal", "learned", "rope", "none"])
+def test_explicit_and_fused_attention_paths_give_the_same_logits(arch, norm, positional):
+    model = make_model(arch, norm=norm, positional=positional)
+    tokens, source = sample_inputs(arch)
+    fused = model(tokens, source)
+    explicit, attention = model(tokens, source, return_attention=True)
+    torch.testing.assert_close(explicit, fused, atol=1e-5, rtol=1e-5)
+    assert fused.shape == (3, 7, VOCAB)
+
+    n_layers = 2
+    expected_names = {
+        "encoder": [f"encoder.{i}.self" for i in range(n_layers)],
+        "decoder": [f"decoder.{i}.self" for i in range(n_layers)],
+        "encoder-decoder": [f"encoder.{i}.self" for i in range(n_layers)]
+        + [f"decoder.{i}.{kind}" for i in range(n_layers) for kind in ("self", "cross")],
+    }[arch]
+    assert sorted(attention) == sorted(expected_names)
+    for name, weights in attention.items():
+        key_len = 5 if name.endswith("cross") or (arch == "encoder-decoder" and name.startswith("encoder")) else 7
+        query_len = 5 if name.startswith("encoder") and arch == "encoder-decoder" else 7
+        assert weights.shape == (3, 4, query_len, key_len)
+        torch.testing.assert_close(weights.sum(-1), torch.ones(3, 4, query_len))
+
+
+@pytest.mark.parametrize("arch", ["decoder", "encoder-decoder"])
+def test_decoder_is_causal(arch):
+    model = make_model(arch)
+    tokens, source = sample_inputs(arch, batch=1, length=9)
+    logits, attention = model(tokens, source, return_attention=True)
+    for t in range(9 - 1):
+        changed = tokens.clone()
+        changed[0, t + 1 :] = (changed[0, t + 1 :] + 1) % VOCAB
+        for return_attention in (False, True):
+            out = model(changed, source, return_attention=return_attention)
+            out = out[0] if return_attention else out
+            torch.testing.assert_close(out[:, : t + 1], logits[:, : t + 1], atol=1e-5, rtol=1e-5)
+            assert not torch.allclose(out[:, t + 1 :], logits[:, t + 1 :])
+    for name, weights in attention.items():
+        if name.startswith("decoder") and name.endswith("self"):
+            assert torch.triu(weights, diagonal=1).abs().max() == 0
+
+
+def test_encoder_without_positions_is_permutation_equivariant():
+    model = make_model("encoder", positional="none")
+    tokens = torch.randint(0, VOCAB, (2, 8))
+    permutation = torch.randperm(8)
+    logits = model(tokens)
+    torch.testing.assert_close(model(tokens[:, permutation]), logits[:, permutation], atol=1e-5, rtol=1e-5)
+
+
+def test_encoder_with_positions_is_not_permutation_equivariant():
+    model = make_model("encoder", positional="sinusoidal")
+    tokens = torch.arange(8).unsqueeze(0)
+    permutation = torch.tensor([1, 0, 2, 3, 4, 5, 6, 7])
+    assert not torch.allclose(model(tokens[:, permutation]), model(tokens)[:, permutation], atol=1e-4)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_padding_does_not_change_real_positions(arch):
+    """One example alone, and the same example padded inside a batch: same logits."""
+    model = make_model(arch)
+    tokens, source = sample_inputs(arch, batch=2, length=7, source_length=6)
+    short_len, short_source_len = 4, 3
+    pad_mask = torch.zeros(2, 7, dtype=torch.bool)
+    pad_mask[1, short_len:] = True
+    source_pad_mask = None
+    if source is not None:
+        source_pad_mask = torch.zeros(2, 6, dtype=torch.bool)
+        source_pad_mask[1, short_source_len:] = True
+
+    for return_attention in (False, True):
+        batched = model(tokens, source, pad_mask=pad_mask, source_pad_mask=source_pad_mask,
+                        return_attention=return_attention)  # fmt: skip
+        alone = model(tokens[1:, :short_len], None if source is None else source[1:, :short_source_len],
+                      return_attention=return_attention)  # fmt: skip
+        if return_attention:
+            batched, alone = batched[0], alone[0]
+        torch.testing.assert_close(batched[1:, :short_len], alone, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_fully_padded_sequences_give_finite_logits(arch):
+    model = make_model(arch)
+    tokens, source = sample_inputs(arch, batch=2)
+    everything = torch.ones_like(tokens, dtype=torch.bool)
+    source_everything = None if source is None else torch.ones_like(source, dtype=torch.bool)
+    for return_attention in (False, True):
+        out = model(tokens, source, pad_mask=everything, source_pad_mask=source_everything,
+                    return_attention=return_attention)  # fmt: skip
+        logits = out[0] if return_attention else out
+        assert torch.isfinite(logits).all()
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("tie_embeddings", [True, False])
+def test_gradients_reach_every_parameter(arch, tie_embeddings):
+    model = make_model(arch, tie_embeddings=tie_embeddings, positional="learned", dropout=0.1).train()
+    tokens, source = sample_inputs(arch)
+    model(tokens, source).sum().backward()
+    for name, parameter in model.named_parameters():
+        assert parameter.grad is not None, name
+        assert parameter.grad.abs().sum() > 0, name
+
+
+def test_every_dimension_comes_from_the_config():
+    config = config_from_dict({"model": {"arch": "encoder-decoder", "d_model": 24, "n_heads": 3, "d_ff": 40,
+                                         "n_encoder_layers": 3, "n_decoder_layers": 1, "max_len": 11}})  # fmt: skip
+    model = tinytf.build_model(config, vocab_size=17)
+    assert len(model.encoder.layers) == 3 and len(model.decoder.layers) == 1
+    assert model.token_embedding.weight.shape == (17, 24)
+    assert model.decoder.layers[0].ffn.up.weight.shape == (40, 24)
+    assert model.encoder.layers[0].self_attn.head_dim == 8
+    logits, attention = model(torch.zeros(2, 11, dtype=torch.long), torch.zeros(2, 4, dtype=torch.long),
+                              return_attention=True)  # fmt: skip
+    assert logits.shape == (2, 11, 17)
+    assert attention["decoder.0.cross"].shape == (2, 3, 11, 4)
+    with pytest.raises(ValueError, match="max_len=11"):
+        model(torch.zeros(1, 12, dtype=torch.long), torch.zeros(1, 4, dtype=torch.long))
+
+
+def test_tied_embeddings_share_one_matrix():
+    model = make_model("decoder", tie_embeddings=True)
+    assert model.lm_head.weight is model.token_embedding.weight
+    untied = make_model("decoder", tie_embeddings=False)
+    assert untied.lm_head.weight is not untied.token_embedding.weight
+
+
+def test_source_is_required_exactly_for_encoder_decoder():
+    tokens = torch.zeros(1, 3, dtype=torch.long)
+    with pytest.raises(ValueError, match="needs a `source`"):
+        make_model("encoder-decoder")(tokens)
+    with pytest.raises(ValueError, match="takes no `source`"):
+        make_model("decoder")(tokens, tokens)
+
+
+def test_build_model_accepts_a_plain_dict_and_a_config():
+    data = {"model": {"arch": "decoder", "d_model": 8, "n_heads": 2}}
+    from_dict = tinytf.build_model(data, vocab_size=5)
+    from_config = tinytf.build_model(config_from_dict(data), vocab_size=5)
+    assert isinstance(from_dict, Transformer) and isinstance(from_config, Transformer)
+    assert from_dict.config == from_config.config

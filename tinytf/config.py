@@ -1,0 +1,306 @@
+"""One typed config tree, loaded from YAML, validated once.
+
+A config file only states what differs from the defaults below:
+
+    model:
+      arch: decoder
+      d_model: 64
+    train:
+      lr: 3e-4
+
+`load_config(path, overrides)` reads the file with `yaml.safe_load` (no code is ever
+executed), applies dotted overrides such as ``model.d_model=64`` and validates the
+result into frozen dataclass-like models (pydantic). Every mistake becomes a
+`ConfigError` whose one-line message names the file, the key, the bad value and what
+is allowed, e.g.::
+
+    configs/x.yaml: model.d_modle: unknown key (did you mean 'd_model'?)
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationError, model_validator
+
+from tinytf.errors import ConfigError
+
+# Integers are strict (a YAML `true` or `64.5` is not a width); floats accept ints and
+# strings such as "3e-4", which YAML 1.1 would otherwise leave as a string.
+Int = Annotated[int, Strict()]
+PositiveInt = Annotated[int, Strict(), Field(gt=0)]
+NonNegativeInt = Annotated[int, Strict(), Field(ge=0)]
+Bool = Annotated[bool, Strict()]
+
+Arch = Literal["encoder", "decoder", "encoder-decoder"]
+Positional = Literal["sinusoidal", "learned", "rope", "none"]
+
+
+class Section(BaseModel):
+    """Base of every config section: immutable, and unknown keys are errors."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class TaskConfig(Section):
+    """Which toy task to train on (see `tinytf tasks`)."""
+
+    name: str = "sort"
+
+
+class ModelConfig(Section):
+    """The Transformer's shape. Every dimension of the model comes from here."""
+
+    arch: Arch = "decoder"
+    d_model: PositiveInt = 128
+    n_heads: PositiveInt = 4
+    n_layers: PositiveInt = 2
+    # Encoder-decoder only: depth of each stack; unset means `n_layers`.
+    n_encoder_layers: PositiveInt | None = None
+    n_decoder_layers: PositiveInt | None = None
+    d_ff: PositiveInt = 512
+    dropout: Annotated[float, Field(ge=0.0, lt=1.0)] = 0.0
+    activation: Literal["relu", "gelu"] = "gelu"
+    # LayerNorm placement: "post" is the original Transformer (x = LN(x + f(x))),
+    # "pre" normalises the sublayer's input (x = x + f(LN(x))) and trains more easily.
+    norm: Literal["pre", "post"] = "pre"
+    positional: Positional = "sinusoidal"
+    max_len: PositiveInt = 256
+    tie_embeddings: Bool = True
+
+    @model_validator(mode="after")
+    def _check_shapes(self) -> ModelConfig:
+        if self.d_model % self.n_heads:
+            raise ValueError(
+                f"d_model={self.d_model} must be divisible by n_heads={self.n_heads} "
+                f"(each head gets d_model / n_heads dimensions)"
+            )
+        if self.positional == "rope" and self.head_dim % 2:
+            raise ValueError(f"positional=rope needs an even head width, but d_model / n_heads = {self.head_dim}")
+        if self.arch != "encoder-decoder":
+            for key in ("n_encoder_layers", "n_decoder_layers"):
+                if getattr(self, key) is not None:
+                    raise ValueError(f"{key} only applies to arch=encoder-decoder (arch is {self.arch}); use n_layers")
+        return self
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_heads
+
+    @property
+    def encoder_layers(self) -> int:
+        """Depth of the encoder stack (0 when the architecture has none)."""
+        if self.arch == "decoder":
+            return 0
+        return self.n_encoder_layers or self.n_layers
+
+    @property
+    def decoder_layers(self) -> int:
+        """Depth of the decoder stack (0 when the architecture has none)."""
+        if self.arch == "encoder":
+            return 0
+        return self.n_decoder_layers or self.n_layers
+
+
+class TrainConfig(Section):
+    """The optimisation loop."""
+
+    steps: PositiveInt = 2000
+    batch_size: PositiveInt = 64
+    lr: Annotated[float, Field(gt=0.0)] = 1e-3
+    warmup_steps: NonNegativeInt = 100
+    weight_decay: Annotated[float, Field(ge=0.0)] = 0.01
+    grad_clip: Annotated[float, Field(gt=0.0)] | None = 1.0
+    eval_every: PositiveInt = 200
+    checkpoint_every: PositiveInt = 500
+    device: Literal["auto", "cpu", "cuda", "mps"] = "auto"
+    # Stop early once validation sequence accuracy reaches this fraction.
+    stop_at_accuracy: Annotated[float, Field(gt=0.0, le=1.0)] | None = None
+    compile: Bool = False
+
+
+class LogConfig(Section):
+    """What is written to the run folder and TensorBoard, and how often."""
+
+    every: PositiveInt = 50
+    attention_every: PositiveInt = 200
+
+
+class Config(Section):
+    """The whole config tree, one section per concern."""
+
+    task: TaskConfig = TaskConfig()
+    model: ModelConfig = ModelConfig()
+    train: TrainConfig = TrainConfig()
+    log: LogConfig = LogConfig()
+    seed: Int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain, YAML-ready data: `config_from_dict(c.to_dict()) == c`."""
+        return self.model_dump(mode="json")
+
+
+# --------------------------------------------------------------------------- loading
+
+
+def load_config(path: str | Path, overrides: Iterable[str] = ()) -> Config:
+    """Read a YAML config file, apply ``KEY=VALUE`` overrides, validate.
+
+    Raises `ConfigError` with a one-line message for every user mistake.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise ConfigError(f"{path}: config file not found")
+    if path.is_dir():
+        raise ConfigError(f"{path}: is a folder, not a config file")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as err:
+        raise ConfigError(f"{path}: cannot read config file: {err}") from None
+    return parse_config(text, overrides, source=str(path))
+
+
+def parse_config(text: str, overrides: Iterable[str] = (), source: str = "<config>") -> Config:
+    """Validate a YAML document (see `load_config`); `source` names it in errors."""
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{source}: {_describe_yaml_error(err)}") from None
+    if data is None:  # an empty file means "all defaults"
+        data = {}
+    if not isinstance(data, dict):
+        sections = ", ".join(Config.model_fields)
+        raise ConfigError(f"{source}: expected a mapping of sections ({sections}), got {_kind(data)}")
+    return config_from_dict(data, overrides, source=source)
+
+
+def config_from_dict(data: Mapping[str, Any], overrides: Iterable[str] = (), source: str = "<dict>") -> Config:
+    """Validate plain data shaped like the YAML file into a `Config`."""
+    data = _deep_copy(data)
+    override_sources: dict[tuple[str, ...], str] = {}
+    for text in overrides:
+        key_path, value = _parse_override(text)
+        _set_dotted(data, key_path, value, text)
+        override_sources[key_path] = f"--set {text}"
+    try:
+        return Config.model_validate(data)
+    except ValidationError as err:
+        raise ConfigError(_describe_validation_error(err, source, override_sources)) from None
+
+
+def save_config(config: Config, path: str | Path) -> None:
+    """Write the fully resolved config as YAML (every key, defaults included)."""
+    Path(path).write_text(dump_config(config), encoding="utf-8")
+
+
+def dump_config(config: Config) -> str:
+    return yaml.safe_dump(config.to_dict(), sort_keys=False)
+
+
+# --------------------------------------------------------------------------- overrides
+
+
+def _parse_override(text: str) -> tuple[tuple[str, ...], Any]:
+    """``"model.d_model=64"`` -> ``(("model", "d_model"), 64)``; values are YAML scalars."""
+    key, sep, raw = text.partition("=")
+    key = key.strip()
+    if not sep or not key or any(not part for part in key.split(".")):
+        raise ConfigError(f"--set {text}: expected KEY=VALUE with a dotted key, e.g. --set model.d_model=64")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else None
+    except yaml.YAMLError:
+        value = raw  # not YAML: keep the string and let validation judge it
+    return tuple(key.split(".")), value
+
+
+def _set_dotted(data: dict[str, Any], key_path: tuple[str, ...], value: Any, text: str) -> None:
+    """data[a][b][c] = value for key_path (a, b, c), checking each key against the schema."""
+    node = data
+    for depth, part in enumerate(key_path):
+        section_loc = key_path[:depth]
+        if part not in _allowed_keys(section_loc):
+            dotted = ".".join(key_path[: depth + 1])
+            raise ConfigError(f"--set {text}: {dotted}: {_unknown_key_message(section_loc, part)}")
+        if depth == len(key_path) - 1:
+            node[part] = value
+        elif _section_model(key_path[: depth + 1]) is None:
+            raise ConfigError(f"--set {text}: {'.'.join(key_path[: depth + 1])} is a value, not a section")
+        else:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                dotted = ".".join(key_path[: depth + 1])
+                raise ConfigError(f"--set {text}: {dotted} should be a section, but the config gives it {_kind(node)}")
+
+
+def _deep_copy(data: Mapping[str, Any]) -> dict[str, Any]:
+    return {key: _deep_copy(value) if isinstance(value, Mapping) else value for key, value in data.items()}
+
+
+# --------------------------------------------------------------------------- error messages
+
+
+def _describe_yaml_error(err: yaml.YAMLError) -> str:
+    mark = getattr(err, "problem_mark", None)
+    problem = getattr(err, "problem", None) or str(err).splitlines()[0]
+    where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+    return f"{where}invalid YAML: {problem}"
+
+
+def _describe_validation_error(err: ValidationError, source: str, override_sources: dict[tuple[str, ...], str]) -> str:
+    messages = []
+    for error in err.errors():
+        loc = tuple(str(part) for part in error["loc"])
+        where = override_sources.get(loc, source)
+        messages.append(f"{where}: {_describe_one_error(error, loc)}")
+    if len(messages) == 1:
+        return messages[0]
+    return f"{messages[0]} (and {len(messages) - 1} more: {'; '.join(messages[1:])})"
+
+
+def _describe_one_error(error: dict[str, Any], loc: tuple[str, ...]) -> str:
+    dotted = ".".join(loc) or "config"
+    kind = error["type"]
+    if kind == "extra_forbidden":
+        return f"{dotted}: {_unknown_key_message(loc[:-1], loc[-1])}"
+    if kind == "value_error":  # a cross-field check of a whole section
+        message = str(error["ctx"]["error"])
+        return f"{dotted}: {message}"
+    if kind == "model_type" or kind == "model_attributes_type":
+        return f"{dotted}: expected a section (a mapping of keys), got {_kind(error['input'])}"
+    return f"{dotted} = {error['input']!r}: {_lowercase_first(error['msg'])}"
+
+
+def _unknown_key_message(section_loc: tuple[str, ...], key: str) -> str:
+    allowed = _allowed_keys(section_loc)
+    suggestion = difflib.get_close_matches(key, allowed, n=1, cutoff=0.6)
+    hint = f"did you mean '{suggestion[0]}'?" if suggestion else f"allowed: {', '.join(allowed)}"
+    return f"unknown key ({hint})"
+
+
+def _section_model(loc: tuple[str, ...]) -> type[BaseModel] | None:
+    """The section class at `loc` (() is the whole Config), or None if `loc` is a value."""
+    model: type[BaseModel] = Config
+    for part in loc:
+        annotation = model.model_fields[part].annotation
+        if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
+            return None
+        model = annotation
+    return model
+
+
+def _allowed_keys(section_loc: tuple[str, ...]) -> list[str]:
+    """The keys that the section at `section_loc` accepts."""
+    model = _section_model(section_loc)
+    return list(model.model_fields) if model is not None else []
+
+
+def _kind(value: Any) -> str:
+    return {dict: "a mapping", list: "a list", str: "a string"}.get(type(value), type(value).__name__)
+
+
+def _lowercase_first(text: str) -> str:
+    return text[:1].lower() + text[1:]

@@ -1,0 +1,14 @@
+"""The one exception type for mistakes a user can make.
+
+Anything raised as a `UserError` is the user's to fix (a bad config key, a missing
+file, an unknown token...). The CLI prints its message on one line and exits with
+code 2; it never shows a traceback for these. Bugs stay ordinary exceptions.
+"""
+
+
+class UserError(Exception):
+    """A mistake in the user's input, explained in one line."""
+
+
+class ConfigError(UserError):
+    """An invalid config file, key or value."""

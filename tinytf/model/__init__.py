@@ -1,0 +1,26 @@
+"""The Transformer model library: attention, masks, positions, layers, the model."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from tinytf.config import Config, config_from_dict
+from tinytf.errors import ConfigError
+from tinytf.model.attention import MultiHeadAttention, scaled_dot_product_attention
+from tinytf.model.transformer import Transformer
+
+__all__ = ["MultiHeadAttention", "Transformer", "build_model", "scaled_dot_product_attention"]
+
+
+def build_model(config: Config | Mapping[str, Any], vocab_size: int | None = None) -> Transformer:
+    """Build the Transformer that `config` describes.
+
+    config: a `Config`, or plain data shaped like the YAML file (validated here).
+    vocab_size: size of the token vocabulary; by default the vocabulary of the config's task.
+    """
+    if not isinstance(config, Config):
+        config = config_from_dict(config)
+    if vocab_size is None:
+        raise ConfigError("build_model: pass vocab_size (no task vocabularies exist yet)")
+    return Transformer(config.model, vocab_size)

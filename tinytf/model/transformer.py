@@ -1,0 +1,132 @@
+"""The Transformer: encoder, decoder or encoder-decoder, assembled from the same parts.
+
+Shape legend: B batch, T target/decoder length, S source/encoder length, D model width,
+H heads, V vocabulary size.
+
+    tokens -> embedding * sqrt(D) -> + positions -> [stack of layers] -> logits
+
+    arch="encoder"          one bidirectional stack over `tokens`, a prediction per position
+    arch="decoder"          one causal stack over `tokens`: position t predicts token t+1
+    arch="encoder-decoder"  a bidirectional stack over `source`; a causal stack over
+                            `tokens` whose layers also attend to the encoded source
+
+Attention weights are returned, never stored on modules:
+
+    logits = model(tokens)
+    logits, attention = model(tokens, return_attention=True)
+    attention["decoder.0.self"]  # (B, H, T, T), the weights of layer 0's self-attention
+
+Names are "<stack>.<layer>.<kind>": stack is "encoder" or "decoder", kind is "self" or
+"cross" (decoder layers of an encoder-decoder, queries from T and keys from S).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from tinytf.config import ModelConfig
+from tinytf.model.layers import TransformerStack
+from tinytf.model.masks import attention_bias
+from tinytf.model.positional import POSITIONAL_ENCODINGS, RotaryPositions
+
+
+class Transformer(nn.Module):
+    def __init__(self, config: ModelConfig, vocab_size: int) -> None:
+        super().__init__()
+        if vocab_size <= 0:
+            raise ValueError(f"vocab_size must be positive, got {vocab_size}")
+        self.config = config
+        self.vocab_size = vocab_size
+        d_model = config.d_model
+
+        self.token_embedding = nn.Embedding(vocab_size, d_model)
+        # Scaled by sqrt(D) in forward(), so embeddings start with unit variance per
+        # dimension: the same scale as the positional encodings added to them.
+        nn.init.normal_(self.token_embedding.weight, std=d_model**-0.5)
+        self.positions = POSITIONAL_ENCODINGS[config.positional](config.max_len, d_model, config.head_dim)
+        self.embedding_dropout = nn.Dropout(config.dropout)
+
+        def stack(n_layers: int, causal: bool, cross_attention: bool) -> TransformerStack:
+            return TransformerStack(
+                n_layers, d_model, config.n_heads, config.d_ff, config.dropout,
+                config.activation, config.norm, causal, cross_attention,
+            )  # fmt: skip
+
+        has_encoder = config.arch in ("encoder", "encoder-decoder")
+        has_decoder = config.arch in ("decoder", "encoder-decoder")
+        self.encoder = stack(config.encoder_layers, causal=False, cross_attention=False) if has_encoder else None
+        self.decoder = stack(config.decoder_layers, causal=True, cross_attention=has_encoder) if has_decoder else None
+
+        self.lm_head = nn.Linear(d_model, vocab_size, bias=False)  # (B, T, D) -> (B, T, V)
+        if config.tie_embeddings:
+            # One matrix both reads tokens in and scores them out (Press & Wolf, 2017).
+            self.lm_head.weight = self.token_embedding.weight
+
+    @property
+    def rope(self) -> RotaryPositions | None:
+        return self.positions if isinstance(self.positions, RotaryPositions) else None
+
+    def embed(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Token ids (B, T) -> embeddings with positions (B, T, D)."""
+        length = tokens.size(1)
+        if length > self.config.max_len:
+            raise ValueError(f"sequence of length {length} is longer than model.max_len={self.config.max_len}")
+        x = self.token_embedding(tokens) * math.sqrt(self.config.d_model)  # (B, T, D)
+        return self.embedding_dropout(self.positions(x))
+
+    def encode(
+        self, source: torch.Tensor, source_pad_mask: torch.Tensor | None = None, need_weights: bool = False
+    ) -> tuple[torch.Tensor, list[dict[str, torch.Tensor]]]:
+        """Run the encoder stack: source ids (B, S) -> encoded source (B, S, D)."""
+        if self.encoder is None:
+            raise ValueError(f"arch={self.config.arch} has no encoder")
+        bias = attention_bias(source_pad_mask, source.size(1), causal=False)  # (B, 1, S, S) or None
+        return self.encoder(self.embed(source), bias, rope=self.rope, need_weights=need_weights)
+
+    def forward(
+        self,
+        tokens: torch.Tensor,
+        source: torch.Tensor | None = None,
+        *,
+        pad_mask: torch.Tensor | None = None,
+        source_pad_mask: torch.Tensor | None = None,
+        return_attention: bool = False,
+    ) -> torch.Tensor | tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """tokens: (B, T) ids; source: (B, S) ids, for arch=encoder-decoder only.
+
+        pad_mask / source_pad_mask: (B, T) / (B, S) bool, True at PAD positions; those
+        keys get zero attention weight. Returns logits (B, T, V), and with
+        `return_attention` also {name: weights (B, H, T_q, T_k)} for every attention.
+        """
+        is_seq2seq = self.config.arch == "encoder-decoder"
+        if is_seq2seq != (source is not None):
+            needs = "needs a" if is_seq2seq else "takes no"
+            raise ValueError(f"arch={self.config.arch} {needs} `source` sequence")
+
+        attention: dict[str, torch.Tensor] = {}
+        if self.decoder is None:  # encoder-only: a bidirectional stack over `tokens`
+            hidden, encoder_weights = self.encode(tokens, pad_mask, return_attention)
+            attention.update(_name_weights("encoder", encoder_weights))
+        else:
+            context = context_bias = None
+            if is_seq2seq:
+                context, encoder_weights = self.encode(source, source_pad_mask, return_attention)
+                attention.update(_name_weights("encoder", encoder_weights))
+                # Every decoder query may look at every non-PAD source position.
+                context_bias = attention_bias(source_pad_mask, tokens.size(1), causal=False)  # (B, 1, T, S)
+            self_bias = attention_bias(pad_mask, tokens.size(1), causal=True)  # (B, 1, T, T) or None
+            hidden, decoder_weights = self.decoder(
+                self.embed(tokens), self_bias, context, context_bias, self.rope, return_attention
+            )
+            attention.update(_name_weights("decoder", decoder_weights))
+
+        logits = self.lm_head(hidden)  # (B, T, D) -> (B, T, V)
+        return (logits, attention) if return_attention else logits
+
+
+def _name_weights(stack: str, per_layer: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
+    """[{"self": w, "cross": w}, ...] -> {"decoder.0.self": w, "decoder.0.cross": w, ...}"""
+    return {f"{stack}.{index}.{kind}": w for index, weights in enumerate(per_layer) for kind, w in weights.items()}
