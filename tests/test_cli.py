@@ -61,7 +61,9 @@ def test_python_dash_m_reports_errors_without_traceback(tmp_path):
     )
     assert process.returncode == 2
     assert "Traceback" not in process.stderr
-    assert process.stderr.strip() == f"error: {bad}: line 3, column 11: invalid YAML: mapping values are not allowed here"
+    assert (
+        process.stderr.strip() == f"error: {bad}: line 3, column 11: invalid YAML: mapping values are not allowed here"
+    )
 
 
 def test_help_lists_commands():

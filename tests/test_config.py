@@ -7,6 +7,7 @@ import pytest
 import tinytf
 from tinytf.config import Config, ModelConfig, config_from_dict, load_config, parse_config, save_config
 from tinytf.errors import ConfigError
+from tinytf.tasks import get_task
 
 CONFIGS = sorted(Path(__file__).resolve().parents[1].joinpath("configs").glob("*.yaml"))
 
@@ -18,8 +19,9 @@ def test_configs_folder_is_not_empty():
 @pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.name)
 def test_every_shipped_config_loads_and_builds(path):
     config = load_config(path)
-    model = tinytf.build_model(config, vocab_size=11)
+    model = tinytf.build_model(config)  # the vocabulary comes from the config's task
     assert model.config == config.model
+    assert model.vocab_size == len(get_task(config.task).vocab)
 
 
 def test_an_empty_file_means_all_defaults(tmp_path):
@@ -102,6 +104,19 @@ ERROR_CASES = {
     "section is not a mapping": ("model: 5\n", [], ["model", "expected a section"]),
     "top level is not a mapping": ("- 1\n- 2\n", [], ["expected a mapping of sections", "a list"]),
     "malformed YAML": ("model:\n  d_model: 64\n   n_heads: 4\n", [], ["line 3", "invalid YAML"]),
+    "unknown task": ("task:\n  name: sortt\n", [], ["task:", "name='sortt' is not a task", "did you mean 'sort'?"]),
+    "task and arch do not fit": (
+        "task:\n  name: add\nmodel:\n  arch: encoder\n",
+        [],
+        ["task 'add' does not work with model.arch=encoder", "it works with: decoder, encoder-decoder"],
+    ),
+    "model too short for the task": (
+        "task:\n  name: sort\n  max_len: 20\nmodel:\n  max_len: 32\n",
+        [],
+        ["model.max_len=32 is too short", "up to 41 tokens"],
+    ),
+    "text task without a file": ("task:\n  name: text\n", [], ["task:", "needs path"]),
+    "min_len above max_len": ("task:\n  min_len: 9\n  max_len: 3\n", [], ["task:", "min_len=9", "max_len=3"]),
     "bad override key": ("", ["model.d_modle=3"], ["--set model.d_modle=3", "'d_model'"]),
     "bad override value": ("", ["model.n_heads=many"], ["--set model.n_heads=many", "model.n_heads = 'many'"]),
     "override without '='": ("", ["model.d_model"], ["--set model.d_model", "KEY=VALUE"]),

@@ -130,8 +130,8 @@ def test_gradients_reach_every_parameter(arch, tie_embeddings):
 
 
 def test_every_dimension_comes_from_the_config():
-    config = config_from_dict({"model": {"arch": "encoder-decoder", "d_model": 24, "n_heads": 3, "d_ff": 40,
-                                         "n_encoder_layers": 3, "n_decoder_layers": 1, "max_len": 11}})  # fmt: skip
+    shape = {"d_model": 24, "n_heads": 3, "d_ff": 40, "n_encoder_layers": 3, "n_decoder_layers": 1, "max_len": 11}
+    config = config_from_dict({"task": {"max_len": 4}, "model": {"arch": "encoder-decoder", **shape}})
     model = tinytf.build_model(config, vocab_size=17)
     assert len(model.encoder.layers) == 3 and len(model.decoder.layers) == 1
     assert model.token_embedding.weight.shape == (17, 24)

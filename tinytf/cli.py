@@ -15,6 +15,7 @@ import typer
 
 from tinytf.config import dump_config, load_config
 from tinytf.errors import UserError
+from tinytf.tasks import describe_tasks
 
 app = typer.Typer(
     help="Build, train and look inside tiny Transformers.",
@@ -58,6 +59,17 @@ def config_show(
     Example: tinytf config show configs/quickstart.yaml --set model.d_model=64
     """
     typer.echo(dump_config(load_config(config, overrides or ())), nl=False)
+
+
+@app.command("tasks")
+@user_errors_exit_2
+def tasks() -> None:
+    """List every task: what it asks, the architectures it works with, an example.
+
+    Example: tinytf tasks
+    """
+    for line in describe_tasks():
+        typer.echo(line)
 
 
 def main() -> None:

@@ -47,9 +47,33 @@ class Section(BaseModel):
 
 
 class TaskConfig(Section):
-    """Which toy task to train on (see `tinytf tasks`)."""
+    """Which toy task to train on, and its knobs (`tinytf tasks` lists the tasks).
+    Keys a task does not use are ignored by it."""
 
     name: str = "sort"
+    vocab_size: PositiveInt = 10  # symbol tasks: how many distinct input symbols
+    min_len: PositiveInt = 4  # sequence length range (words, for sentences)
+    max_len: PositiveInt = 12  # (text: the training window)
+    digits: Annotated[int, Strict(), Field(gt=0, le=18)] = 3  # add: up to this many digits per number
+    answer_order: Literal["msd", "lsd"] = "msd"  # add: most- or least-significant digit first
+    bos: Bool = False  # encoder: prepend a <bos> position (a place for "global" attention)
+    path: str | None = None  # text: the UTF-8 file to model
+    tokenizer: Literal["char", "word"] = "char"  # text: how to split it
+    eval_size: PositiveInt = 1000  # held-out examples, disjoint from training
+
+    @model_validator(mode="after")
+    def _check_task(self) -> TaskConfig:
+        from tinytf.tasks import TASKS  # the registry imports torch: load it only when validating
+
+        if self.name not in TASKS:
+            suggestion = difflib.get_close_matches(self.name, TASKS, n=1)
+            hint = f"did you mean '{suggestion[0]}'? " if suggestion else ""
+            raise ValueError(f"name={self.name!r} is not a task; {hint}known tasks: {', '.join(TASKS)}")
+        if self.min_len > self.max_len:
+            raise ValueError(f"min_len={self.min_len} is greater than max_len={self.max_len}")
+        if self.name == "text" and not self.path:
+            raise ValueError("name=text needs path: the text file to model")
+        return self
 
 
 class ModelConfig(Section):
@@ -138,6 +162,25 @@ class Config(Section):
     train: TrainConfig = TrainConfig()
     log: LogConfig = LogConfig()
     seed: Int = 0
+
+    @model_validator(mode="after")
+    def _check_task_fits_model(self) -> Config:
+        from tinytf.data import model_lengths
+        from tinytf.tasks import TASKS
+
+        task = TASKS[self.task.name]
+        if self.model.arch not in task.archs:
+            raise ValueError(
+                f"task {task.name!r} does not work with model.arch={self.model.arch}; "
+                f"it works with: {', '.join(task.archs)}"
+            )
+        longest = max(model_lengths(task(self.task), self.model.arch))
+        if longest > self.model.max_len:
+            raise ValueError(
+                f"model.max_len={self.model.max_len} is too short: task {task.name!r} with "
+                f"arch={self.model.arch} makes sequences of up to {longest} tokens"
+            )
+        return self
 
     def to_dict(self) -> dict[str, Any]:
         """Plain, YAML-ready data: `config_from_dict(c.to_dict()) == c`."""
@@ -268,7 +311,7 @@ def _describe_one_error(error: dict[str, Any], loc: tuple[str, ...]) -> str:
         return f"{dotted}: {_unknown_key_message(loc[:-1], loc[-1])}"
     if kind == "value_error":  # a cross-field check of a whole section
         message = str(error["ctx"]["error"])
-        return f"{dotted}: {message}"
+        return f"{dotted}: {message}" if loc else message
     if kind == "model_type" or kind == "model_attributes_type":
         return f"{dotted}: expected a section (a mapping of keys), got {_kind(error['input'])}"
     return f"{dotted} = {error['input']!r}: {_lowercase_first(error['msg'])}"

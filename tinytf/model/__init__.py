@@ -6,7 +6,6 @@ from collections.abc import Mapping
 from typing import Any
 
 from tinytf.config import Config, config_from_dict
-from tinytf.errors import ConfigError
 from tinytf.model.attention import MultiHeadAttention, scaled_dot_product_attention
 from tinytf.model.transformer import Transformer
 
@@ -22,5 +21,7 @@ def build_model(config: Config | Mapping[str, Any], vocab_size: int | None = Non
     if not isinstance(config, Config):
         config = config_from_dict(config)
     if vocab_size is None:
-        raise ConfigError("build_model: pass vocab_size (no task vocabularies exist yet)")
+        from tinytf.tasks import get_task
+
+        vocab_size = len(get_task(config.task).vocab)
     return Transformer(config.model, vocab_size)

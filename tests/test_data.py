@@ -1,0 +1,251 @@
+"""Vocabulary, framing per architecture, padding invariance, held-out disjointness,
+and metrics computed the way users get answers."""
+
+import pytest
+import torch
+from torch import nn
+
+import tinytf
+from tinytf.config import TaskConfig, config_from_dict
+from tinytf.data import IGNORE, TaskData, example_hashes, frame
+from tinytf.errors import ConfigError, UserError
+from tinytf.evaluate import evaluate, greedy_answers, scored_loss
+from tinytf.tasks import TASKS, Pairs, get_task
+from tinytf.tasks.vocab import UnknownTokenError, Vocabulary
+
+ARCHS = ["encoder", "decoder", "encoder-decoder"]
+
+
+def pairs_of(task, examples):
+    """Hand-written (source, target) strings -> Pairs."""
+    encoded = [(task.vocab.encode(s), task.vocab.encode(t)) for s, t in examples]
+    width_s = max(len(s) for s, _ in encoded)
+    width_t = max(len(t) for _, t in encoded)
+    source = torch.tensor([s + [0] * (width_s - len(s)) for s, _ in encoded])
+    target = torch.tensor([t + [0] * (width_t - len(t)) for _, t in encoded])
+    return Pairs(source, torch.tensor([len(s) for s, _ in encoded]), target, torch.tensor([len(t) for _, t in encoded]))
+
+
+# ---- vocabulary
+
+
+def test_vocabulary_round_trip_and_specials():
+    vocab = Vocabulary(["the", "cat", "sat"], split="word")
+    assert vocab.tokens[:4] == ["<pad>", "<bos>", "<sep>", "<eos>"] and vocab.pad_id == 0
+    ids = vocab.encode("the cat  sat\n")
+    assert vocab.decode(ids) == ["the", "cat", "sat"]
+    assert vocab.join(vocab.decode(ids)) == "the cat sat"
+    assert Vocabulary.from_json(vocab.to_json()) == vocab
+
+
+def test_char_vocabulary_ignores_spaces_it_does_not_know():
+    vocab = Vocabulary(list("0123456789+"), split="char")
+    assert vocab.decode(vocab.encode("12 + 34")) == list("12+34")
+
+
+def test_unknown_tokens_are_named():
+    vocab = Vocabulary(["a", "b"], split="word")
+    with pytest.raises(UnknownTokenError, match=r"unknown tokens 'dog', 'cat'.*6 tokens: a b"):
+        vocab.encode("a dog b cat dog")
+
+
+def test_vocabulary_file_errors(tmp_path):
+    with pytest.raises(UserError, match="not found"):
+        Vocabulary.load(tmp_path / "missing.json")
+    (tmp_path / "bad.json").write_text('{"split": "word", "tokens": ["a"]}')
+    with pytest.raises(UserError, match="first tokens must be"):
+        Vocabulary.load(tmp_path / "bad.json")
+    saved = tmp_path / "ok.json"
+    Vocabulary(["x"], "char").save(saved)
+    assert Vocabulary.load(saved) == Vocabulary(["x"], "char")
+
+
+# ---- framing
+
+
+def test_decoder_framing_scores_only_the_answer():
+    task = get_task(TaskConfig(name="reverse"))
+    batch = frame(pairs_of(task, [("1 2 3", "3 2 1"), ("4 5", "5 4")]), task, "decoder")
+    decode = task.vocab.decode
+    assert decode(batch.tokens[0]) == ["1", "2", "3", "<sep>", "3", "2", "1"]
+    assert decode(batch.tokens[1]) == ["4", "5", "<sep>", "5", "4", "<pad>", "<pad>"]
+    # position j predicts token j + 1: scored from <sep> on, up to <eos>
+    assert batch.labels[0].tolist()[:3] == [IGNORE] * 3
+    assert decode(batch.labels[0, 3:]) == ["3", "2", "1", "<eos>"]
+    assert batch.labels[1].tolist()[:2] == [IGNORE] * 2
+    assert decode(batch.labels[1, 2:5]) == ["5", "4", "<eos>"]
+    assert batch.labels[1].tolist()[5:] == [IGNORE] * 2
+    assert batch.pad_mask is None and batch.source is None
+
+
+def test_encoder_framing_with_bos_and_eos_filler():
+    task = get_task(TaskConfig(name="most-freq", bos=True))
+    batch = frame(pairs_of(task, [("1 2 2", "2 1"), ("3", "3")]), task, "encoder")
+    decode = task.vocab.decode
+    assert decode(batch.tokens[0]) == ["<bos>", "1", "2", "2"]
+    assert batch.labels[0, 0] == IGNORE and decode(batch.labels[0, 1:]) == ["2", "1", "<eos>"]
+    assert decode(batch.tokens[1]) == ["<bos>", "3", "<pad>", "<pad>"]
+    assert batch.pad_mask.tolist() == [[False] * 4, [False, False, True, True]]
+    assert batch.labels[1].tolist()[2:] == [IGNORE, IGNORE]
+
+
+def test_encoder_decoder_framing():
+    task = get_task(TaskConfig(name="add"))
+    batch = frame(pairs_of(task, [("17+25", "42"), ("1+2", "3")]), task, "encoder-decoder")
+    decode = task.vocab.decode
+    assert decode(batch.source[1]) == ["1", "+", "2", "<pad>", "<pad>"]
+    assert batch.source_pad_mask[1].tolist() == [False] * 3 + [True] * 2
+    assert decode(batch.tokens[0]) == ["<bos>", "4", "2"] and decode(batch.labels[0]) == ["4", "2", "<eos>"]
+    assert decode(batch.tokens[1]) == ["<bos>", "3", "<pad>"]
+    assert decode(batch.labels[1, :2]) == ["3", "<eos>"] and batch.labels[1, 2] == IGNORE
+
+
+def test_language_model_framing_predicts_the_next_word():
+    task = get_task(TaskConfig(name="sentences"))
+    pairs = task.sample(4, torch.Generator().manual_seed(0))
+    batch = frame(pairs, task, "decoder")
+    for i in range(4):
+        length = int(pairs.target_len[i])
+        assert batch.tokens[i, : length - 1].tolist() == pairs.target[i, : length - 1].tolist()
+        assert batch.labels[i, : length - 1].tolist() == pairs.target[i, 1:length].tolist()
+        assert (batch.labels[i, length - 1 :] == IGNORE).all()
+
+
+def configured(name, arch, tmp_path, **task_keys):
+    path = tmp_path / "corpus.txt"
+    path.write_text("the quick brown fox jumps over the lazy dog. " * 40)
+    return config_from_dict({
+        "task": {"name": name, "path": str(path), "eval_size": 20, "max_len": 8} | task_keys,
+        "model": {"arch": arch, "d_model": 16, "n_heads": 2, "n_layers": 2, "d_ff": 32},
+    })  # fmt: skip
+
+
+PAIRINGS = [(name, arch) for name in sorted(TASKS) for arch in ARCHS]
+
+
+@pytest.mark.parametrize("name, arch", PAIRINGS)
+def test_every_pairing_trains_a_step_or_is_a_config_error(name, arch, tmp_path):
+    if arch not in TASKS[name].archs:
+        with pytest.raises(ConfigError) as caught:
+            configured(name, arch, tmp_path)
+        message = str(caught.value)
+        assert f"'{name}'" in message and f"model.arch={arch}" in message
+        assert ", ".join(TASKS[name].archs) in message
+        return
+    config = configured(name, arch, tmp_path)
+    task = get_task(config.task)
+    model = tinytf.build_model(config)
+    assert model.vocab_size == len(task.vocab)
+    batch = frame(TaskData(task, seed=0, eval_size=20).train_pairs(8), task, arch)
+    loss = scored_loss(model(**batch.model_inputs()), batch.labels)
+    loss.backward()
+    assert torch.isfinite(loss) and model.token_embedding.weight.grad.abs().sum() > 0
+
+
+@pytest.mark.parametrize("name, arch", [p for p in PAIRINGS if p[1] in TASKS[p[0]].archs])
+def test_padding_never_changes_an_example_s_logits(name, arch, tmp_path):
+    config = configured(name, arch, tmp_path, min_len=2)
+    task = get_task(config.task)
+    model = tinytf.build_model(config).eval()
+    pairs = task.sample(6, torch.Generator().manual_seed(1))
+    batched = frame(pairs, task, arch)
+    logits = model(**batched.model_inputs())
+    for i in range(6):
+        alone = frame(pairs[i : i + 1], task, arch)
+        assert alone.tokens.size(1) <= batched.tokens.size(1)
+        alone_logits = model(**alone.model_inputs())
+        width = alone.tokens.size(1)
+        scored = alone.labels[0] != IGNORE
+        torch.testing.assert_close(logits[i, :width][scored], alone_logits[0][scored], atol=1e-5, rtol=1e-5)
+
+
+# ---- held-out set
+
+
+def test_training_stream_never_draws_a_held_out_example():
+    task = get_task(TaskConfig(name="sort", vocab_size=3, min_len=2, max_len=3))  # 36 distinct sources
+    data = TaskData(task, seed=0, eval_size=10)
+    held_out = set(example_hashes(data.held_out).tolist())
+    drawn = set()
+    for _ in range(50):
+        pairs = data.train_pairs(64)
+        assert len(pairs) == 64
+        hashes = set(example_hashes(pairs).tolist())
+        assert not hashes & held_out
+        drawn |= hashes
+    assert len(drawn) + len(held_out) == 36  # everything else does get drawn
+    assert len(data.held_out) == len(held_out)  # the held-out examples are distinct
+
+
+def test_held_out_set_is_fixed_and_seeded():
+    task = get_task(TaskConfig(name="copy"))
+    first, again = TaskData(task, 0, 50).held_out, TaskData(task, 0, 50).held_out
+    assert torch.equal(first.source, again.source)
+    assert not torch.equal(first.source, TaskData(task, 1, 50).held_out.source)
+    train = TaskData(task, 0, 50).train_pairs(50)
+    assert not torch.equal(train.source, first.source)  # a separate seed
+
+
+def test_a_held_out_set_too_big_for_the_task_is_a_user_error():
+    task = get_task(TaskConfig(name="sort", vocab_size=2, min_len=1, max_len=2))  # 6 sources
+    with pytest.raises(UserError, match="only 6 distinct examples"):
+        TaskData(task, seed=0, eval_size=100)
+
+
+def test_training_stream_state_resumes():
+    data = TaskData(get_task(TaskConfig(name="copy")), 0, 10)
+    data.train_pairs(5)
+    state = data.state_dict()
+    expected = data.train_pairs(5)
+    other = TaskData(get_task(TaskConfig(name="copy")), 0, 10)
+    other.load_state_dict(state)
+    assert torch.equal(other.train_pairs(5).source, expected.source)
+
+
+# ---- metrics: an oracle model must score 1.0, a model wrong in one place must not
+
+
+class CopyOracle(nn.Module):
+    """Predicts the right token for the copy task from the tokens it sees (no training)."""
+
+    def __init__(self, task, arch, mistake_at=None):
+        super().__init__()
+        self.config = config_from_dict({"model": {"arch": arch}}).model
+        self.vocab = task.vocab
+        self.mistake_at = mistake_at  # answer position where the oracle is wrong
+        self.anchor = nn.Parameter(torch.zeros(()))
+
+    def forward(self, tokens, source=None, pad_mask=None, source_pad_mask=None):
+        batch, length = tokens.shape
+        answer = torch.full((batch, length), self.vocab.eos_id)
+        for b in range(batch):
+            row = tokens[b].tolist()
+            if self.config.arch == "encoder":
+                wanted = row
+                offset = 0
+            elif self.config.arch == "decoder":
+                sep = row.index(self.vocab.sep_id)
+                wanted = row[:sep]
+                offset = sep  # position sep predicts answer[0]
+            else:
+                wanted = source[b][~source_pad_mask[b]].tolist() if source_pad_mask is not None else source[b].tolist()
+                offset = 0
+            for k, token in enumerate(wanted):
+                if offset + k < length:
+                    wrong = k == self.mistake_at
+                    answer[b, offset + k] = self.vocab.eos_id if wrong else token
+        return nn.functional.one_hot(answer, len(self.vocab)).float() * 10 + self.anchor
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_metrics_of_a_perfect_and_a_flawed_model(arch):
+    task = get_task(TaskConfig(name="copy", min_len=2, max_len=6))
+    pairs = task.sample(40, torch.Generator().manual_seed(0))
+    perfect = evaluate(CopyOracle(task, arch), task, pairs, batch_size=16)
+    assert perfect["token_acc"] == 1.0 and perfect["seq_acc"] == 1.0
+    answers = greedy_answers(CopyOracle(task, arch), task, pairs)
+    assert answers == [pairs.example(i)[1] for i in range(40)]
+
+    flawed = evaluate(CopyOracle(task, arch, mistake_at=1), task, pairs, batch_size=16)
+    assert flawed["seq_acc"] == 0.0  # every example has an answer position 1 (min_len=2)
+    assert 0.5 < flawed["token_acc"] < 1.0

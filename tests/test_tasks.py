@@ -1,0 +1,192 @@
+"""Every task against an independent, brute-force reference, plus determinism."""
+
+import random
+from collections import Counter
+
+import pytest
+import torch
+
+from tinytf.config import TaskConfig
+from tinytf.errors import ConfigError
+from tinytf.tasks import TASKS, get_task
+from tinytf.tasks.sentences import INTRANSITIVE, NOUNS, TRANSITIVE, Grammar
+
+
+def task_config(name, **keys):
+    return TaskConfig(name=name, **keys)
+
+
+def sample_strings(task, n=300, seed=0):
+    """n examples as (source tokens, target tokens)."""
+    pairs = task.sample(n, torch.Generator().manual_seed(seed))
+    return [tuple(task.vocab.decode(ids) for ids in pairs.example(i)) for i in range(n)]
+
+
+# ---- references, written the slow and obvious way
+
+
+def ref_histogram(source):
+    return [str(sum(other == token for other in source)) for token in source]
+
+
+def ref_double_histogram(source):
+    counts = {token: sum(other == token for other in source) for token in source}
+    return [str(sum(1 for other in set(source) if counts[other] == counts[token])) for token in source]
+
+
+def ref_most_freq(source):
+    counts = Counter(source)
+    first = {token: source.index(token) for token in counts}
+    return sorted(counts, key=lambda token: (-counts[token], first[token]))
+
+
+def ref_dyck(source):
+    stack, broken, labels = [], False, []
+    pairs = {")": "(", "]": "["}
+    for token in source:
+        if not broken:
+            if token in "([":
+                stack.append(token)
+            elif token in pairs:
+                if stack and stack[-1] == pairs[token]:
+                    stack.pop()
+                else:
+                    broken = True
+        labels.append("F" if broken else "T" if not stack else "P")
+    return labels
+
+
+def ref_add(source, answer_order):
+    a, b = "".join(source).split("+")
+    assert a == str(int(a)) and b == str(int(b)), "no leading zeros"
+    total = str(int(a) + int(b))
+    return list(total if answer_order == "msd" else total[::-1])
+
+
+REFERENCES = {
+    "copy": lambda source: list(source),
+    "reverse": lambda source: list(reversed(source)),
+    "sort": lambda source: sorted(source, key=int),
+    "histogram": ref_histogram,
+    "double-histogram": ref_double_histogram,
+    "most-freq": ref_most_freq,
+    "dyck-1": ref_dyck,
+    "dyck-2": ref_dyck,
+}
+
+
+@pytest.mark.parametrize("name", sorted(REFERENCES))
+@pytest.mark.parametrize("vocab_size, min_len, max_len", [(10, 1, 12), (3, 5, 9), (20, 16, 16)])
+def test_symbol_tasks_match_their_reference(name, vocab_size, min_len, max_len):
+    task = get_task(task_config(name, vocab_size=vocab_size, min_len=min_len, max_len=max_len))
+    for source, target in sample_strings(task):
+        assert min_len <= len(source) <= max_len
+        assert target == REFERENCES[name](source), source
+
+
+@pytest.mark.parametrize("answer_order", ["msd", "lsd"])
+@pytest.mark.parametrize("digits", [1, 3, 6])
+def test_add_matches_integer_addition(digits, answer_order):
+    task = get_task(task_config("add", digits=digits, answer_order=answer_order))
+    examples = sample_strings(task, n=500)
+    for source, target in examples:
+        assert target == ref_add(source, answer_order)
+    numbers = [len("".join(source).split("+")[0]) for source, _ in examples]
+    assert set(numbers) == set(range(1, digits + 1))  # every size of number occurs
+
+
+@pytest.mark.parametrize("name", ["dyck-1", "dyck-2"])
+def test_dyck_labels_all_occur_often(name):
+    task = get_task(task_config(name, min_len=8, max_len=24))
+    labels = Counter(label for _, target in sample_strings(task, n=500) for label in target)
+    total = sum(labels.values())
+    for label in "TPF":
+        assert labels[label] / total > 0.1, labels
+
+
+@pytest.mark.parametrize("name", sorted(TASKS))
+def test_sampling_is_determined_by_the_seed(name, tmp_path):
+    path = tmp_path / "t.txt"
+    path.write_text("abcdefghij klmnop qrstu vwxyz " * 50)
+    task = get_task(task_config(name, path=str(path)))
+    assert sample_strings(task, 50, seed=3) == sample_strings(task, 50, seed=3)
+    assert sample_strings(task, 50, seed=3) != sample_strings(task, 50, seed=4)
+
+
+@pytest.mark.parametrize("name", sorted(TASKS))
+def test_every_task_describes_itself(name):
+    cls = TASKS[name]
+    assert cls.name == name and cls.description and "\n" not in cls.description
+    assert cls.archs and set(cls.archs) <= {"encoder", "decoder", "encoder-decoder"}
+
+
+def test_sentences_vocabulary_and_lengths():
+    task = get_task(task_config("sentences", min_len=3, max_len=12))
+    assert task.vocab.encode("the cat sat on the mat")
+    for _, target in sample_strings(task):
+        assert target[0] == "<bos>" and target[-1] == "<eos>"
+        assert 3 <= len(target) - 2 <= 12
+
+
+def test_sentences_verbs_agree_with_their_subject():
+    grammar = Grammar(random.Random(0), max_depth=0)  # no clauses inside the subject
+    number_of = {noun: number for number in ("sg", "pl") for noun in NOUNS[number]}
+    verb_number = {verb: number for table in (INTRANSITIVE, TRANSITIVE) for number in ("sg", "pl")
+                   for verb in table[number]}  # fmt: skip
+    past = set(INTRANSITIVE["past"]) | set(TRANSITIVE["past"])
+    checked = 0
+    for _ in range(500):
+        words = grammar.sentence()
+        subject = next(word for word in words if word in number_of)
+        verb = next(word for word in words if word in verb_number or word in past)
+        if verb in verb_number:
+            assert verb_number[verb] == number_of[subject], words
+            checked += 1
+    assert checked > 100
+
+
+def test_text_task_cuts_training_and_held_out_windows_from_disjoint_regions(tmp_path):
+    path = tmp_path / "corpus.txt"
+    path.write_text(" ".join(f"w{i}" for i in range(3000)))  # every word says where it is
+    task = get_task(task_config("text", path=str(path), max_len=8, tokenizer="word"))
+    assert len(task.vocab) == 4 + 3000
+    train = task.sample(500, torch.Generator().manual_seed(0))
+    held_out = task.held_out(500, torch.Generator().manual_seed(0))
+    split = int(3000 * 0.9)
+
+    def word_positions(pairs, i):
+        return [int(word[1:]) for word in task.vocab.decode(pairs.example(i)[1])]
+
+    for i in range(500):
+        train_window, held_out_window = word_positions(train, i), word_positions(held_out, i)
+        assert len(train_window) == 9 and train_window == list(range(train_window[0], train_window[0] + 9))
+        assert max(train_window) < split <= min(held_out_window)
+
+
+def test_text_task_char_vocabulary_includes_spaces(tmp_path):
+    path = tmp_path / "corpus.txt"
+    path.write_text("ab ba " * 100)
+    task = get_task(task_config("text", path=str(path), max_len=8))
+    assert task.vocab.tokens[4:] == [" ", "a", "b"]
+    assert task.vocab.encode("a b") == [task.vocab.ids["a"], task.vocab.ids[" "], task.vocab.ids["b"]]
+
+
+def test_text_task_word_tokenizer(tmp_path):
+    path = tmp_path / "words.txt"
+    path.write_text("one two three four five six seven eight nine ten\n" * 30)
+    task = get_task(task_config("text", path=str(path), max_len=4, tokenizer="word"))
+    assert task.vocab.encode("three four") == [task.vocab.ids["three"], task.vocab.ids["four"]]
+
+
+@pytest.mark.parametrize(
+    "text, fragment", [(None, "file not found"), ("tiny", "has 4 char tokens"), (b"\xff\xfe", "not UTF-8")]
+)
+def test_text_task_errors(tmp_path, text, fragment):
+    path = tmp_path / "corpus.txt"
+    if isinstance(text, bytes):
+        path.write_bytes(text)
+    elif text is not None:
+        path.write_text(text)
+    task = get_task(task_config("text", path=str(path)))
+    with pytest.raises(ConfigError, match=fragment):
+        task.sample(1, torch.Generator())

@@ -1,0 +1,109 @@
+"""Metrics, and answers produced the way a user would get them.
+
+loss       cross-entropy on scored positions (the answer tokens), teacher-forced
+token_acc  fraction of scored positions whose argmax is right, teacher-forced
+seq_acc    fraction of examples answered exactly right. Decoder and encoder-decoder
+           models answer by free-running greedy generation: each generated token is
+           fed back in, so one early mistake is not corrected by the true prefix.
+           Encoders answer every position at once. Language models have no answer:
+           their seq_acc is the fraction of sequences predicted right in full,
+           teacher-forced.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from tinytf.data import IGNORE, frame
+from tinytf.tasks.base import Pairs, Task
+
+
+def scored_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+    """Mean cross-entropy over positions whose label is not IGNORE. logits (B, T, V), labels (B, T)."""
+    return F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=IGNORE)
+
+
+@torch.no_grad()
+def evaluate(model: nn.Module, task: Task, pairs: Pairs, batch_size: int = 500) -> dict[str, float]:
+    """loss, token_acc and seq_acc of `model` on `pairs` (see the module docstring)."""
+    was_training = model.training
+    model.eval()
+    device = next(model.parameters()).device
+    arch = model.config.arch
+    loss_sum = correct_tokens = scored_tokens = correct_sequences = 0.0
+    for start in range(0, len(pairs), batch_size):
+        chunk = pairs[start : start + batch_size]
+        batch = frame(chunk, task, arch).to(device)
+        logits = model(**batch.model_inputs())
+        scored = batch.labels != IGNORE
+        right = (logits.argmax(-1) == batch.labels) & scored
+        n_scored = int(scored.sum())
+        loss_sum += float(scored_loss(logits, batch.labels)) * n_scored
+        correct_tokens += int(right.sum())
+        scored_tokens += n_scored
+        if arch == "encoder" or task.language_model:
+            correct_sequences += int((right == scored).all(1).sum())
+        else:
+            answers = greedy_answers(model, task, chunk)
+            correct_sequences += sum(answer == chunk.example(i)[1] for i, answer in enumerate(answers))
+    model.train(was_training)
+    return {
+        "loss": loss_sum / max(scored_tokens, 1),
+        "token_acc": correct_tokens / max(scored_tokens, 1),
+        "seq_acc": correct_sequences / max(len(pairs), 1),
+    }
+
+
+@torch.no_grad()
+def greedy_answers(model: nn.Module, task: Task, pairs: Pairs) -> list[list[int]]:
+    """The model's answer (ids, without <eos>) for every source in `pairs`, by greedy
+    generation for decoder and encoder-decoder models, by argmax per position for encoders."""
+    device = next(model.parameters()).device
+    vocab, arch = task.vocab, model.config.arch
+    if arch == "encoder":
+        batch = frame(pairs, task, arch).to(device)
+        predicted = model(**batch.model_inputs()).argmax(-1).tolist()
+        offset = int(task.config.bos)
+        answers = []
+        for i, row in enumerate(predicted):
+            answer = row[offset : offset + int(pairs.source_len[i])]
+            answers.append(answer[: answer.index(vocab.eos_id)] if vocab.eos_id in answer else answer)
+        return answers
+
+    max_new = task.max_target_len + 1  # the answer and its <eos>
+    answers: list[list[int]] = [[] for _ in range(len(pairs))]
+    if arch == "decoder":
+        # Prompts of equal length run together, so no prompt is padded.
+        for length in pairs.source_len.unique().tolist():
+            rows = (pairs.source_len == length).nonzero().squeeze(1)
+            prompt = torch.cat([pairs.source[rows, :length], torch.full((len(rows), 1), vocab.sep_id)], dim=1)
+            generated = _generate(lambda seq: model(seq), prompt.to(device), max_new, vocab.eos_id)
+            for row, answer in zip(rows.tolist(), generated, strict=True):
+                answers[row] = answer
+        return answers
+
+    # encoder-decoder: the decoder starts from <bos> and attends to the (padded) source.
+    width = int(pairs.source_len.max())
+    source = pairs.source[:, :width].to(device)
+    source_pad_mask = (torch.arange(width).unsqueeze(0) >= pairs.source_len.unsqueeze(1)).to(device)
+    start = torch.full((len(pairs), 1), vocab.bos_id, device=device)
+    return _generate(lambda seq: model(seq, source, source_pad_mask=source_pad_mask), start, max_new, vocab.eos_id)
+
+
+def _generate(next_logits, prompt: torch.Tensor, max_new: int, eos_id: int) -> list[list[int]]:
+    """Greedy decoding: append argmax tokens to prompt (B, P) until every row has
+    produced <eos> or max_new tokens. Returns each row's new tokens before <eos>."""
+    sequence = prompt
+    finished = torch.zeros(prompt.size(0), dtype=torch.bool, device=prompt.device)
+    for _ in range(max_new):
+        next_token = next_logits(sequence)[:, -1].argmax(-1)  # (B,)
+        sequence = torch.cat([sequence, next_token.unsqueeze(1)], dim=1)  # (B, P + generated)
+        finished |= next_token == eos_id
+        if bool(finished.all()):
+            break
+    answers = []
+    for row in sequence[:, prompt.size(1) :].tolist():
+        answers.append(row[: row.index(eos_id)] if eos_id in row else row)
+    return answers

@@ -1,0 +1,180 @@
+"""What a task is: a seeded generator of (source, target) token sequences with its own
+vocabulary. Framing them for an architecture is `framing.py`'s job, not the task's.
+
+Shape legend: N examples, S source length, T target length (both padded with PAD).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+from typing import TYPE_CHECKING, ClassVar
+
+import torch
+
+from tinytf.tasks.vocab import PAD_ID, SPECIALS, Vocabulary
+
+if TYPE_CHECKING:
+    from tinytf.config import Arch, TaskConfig
+
+ALL_ARCHS: tuple[Arch, ...] = ("encoder", "decoder", "encoder-decoder")
+
+
+@dataclass(frozen=True)
+class Pairs:
+    """N examples as padded id tensors: example i is source[i, :source_len[i]] ->
+    target[i, :target_len[i]]. Language-model tasks leave the source empty (S = 0)."""
+
+    source: torch.Tensor  # (N, S) long
+    source_len: torch.Tensor  # (N,) long
+    target: torch.Tensor  # (N, T) long
+    target_len: torch.Tensor  # (N,) long
+
+    def __len__(self) -> int:
+        return self.target.size(0)
+
+    def __getitem__(self, index: slice | torch.Tensor) -> Pairs:
+        return Pairs(self.source[index], self.source_len[index], self.target[index], self.target_len[index])
+
+    def example(self, i: int) -> tuple[list[int], list[int]]:
+        """Example i as (source ids, target ids), without padding."""
+        return (
+            self.source[i, : self.source_len[i]].tolist(),
+            self.target[i, : self.target_len[i]].tolist(),
+        )
+
+    @staticmethod
+    def concat(parts: list[Pairs]) -> Pairs:
+        def stack(name: str) -> torch.Tensor:
+            tensors = [getattr(p, name) for p in parts]
+            width = max(t.size(1) for t in tensors)
+            return torch.cat([torch.nn.functional.pad(t, (0, width - t.size(1)), value=PAD_ID) for t in tensors])
+
+        return Pairs(
+            stack("source"),
+            torch.cat([p.source_len for p in parts]),
+            stack("target"),
+            torch.cat([p.target_len for p in parts]),
+        )
+
+
+class Task:
+    """Base class of every task. A subclass sets the class attributes below and
+    implements `sample`; registering it in `tinytf/tasks/__init__.py` makes it
+    available as `task.name` in configs (and tested by the registry's tests)."""
+
+    name: ClassVar[str]
+    description: ClassVar[str]  # one line, shown by `tinytf tasks`
+    archs: ClassVar[tuple[Arch, ...]] = ALL_ARCHS  # the architectures it makes sense for
+    # Language-model tasks have no source: the decoder predicts each next target token.
+    language_model: ClassVar[bool] = False
+
+    def __init__(self, config: TaskConfig) -> None:
+        """Cheap: nothing is generated or read until it is needed."""
+        self.config = config
+
+    @cached_property
+    def vocab(self) -> Vocabulary:
+        return self.build_vocab()
+
+    def build_vocab(self) -> Vocabulary:
+        raise NotImplementedError
+
+    def held_out(self, n: int, generator: torch.Generator) -> Pairs:
+        """The evaluation examples. By default fresh samples, which the training stream
+        then avoids (see data.py); a task may draw them from a region of its own."""
+        return self.sample(n, generator)
+
+    # True when held_out() can never produce a training example (so nothing need be avoided).
+    held_out_is_disjoint: ClassVar[bool] = False
+
+    def sample(self, n: int, generator: torch.Generator) -> Pairs:
+        """Draw n random examples; the same generator state gives the same examples."""
+        raise NotImplementedError
+
+    @property
+    def max_source_len(self) -> int:
+        """Longest source sequence the task produces."""
+        raise NotImplementedError
+
+    @property
+    def max_target_len(self) -> int:
+        """Longest target sequence the task produces."""
+        raise NotImplementedError
+
+    def space_size(self) -> int | None:
+        """How many distinct examples exist (None: too many to matter). A small space
+        makes the held-out set and the training stream collide, which sampling avoids."""
+        return None
+
+    def metrics(self) -> tuple[str, ...]:
+        return ("loss", "token_acc", "seq_acc")
+
+    def render(self, ids: list[int]) -> str:
+        """Ids -> text as a person would type it."""
+        return self.vocab.join(self.vocab.decode(ids))
+
+
+class SymbolTask(Task):
+    """Tasks over random strings of `task.vocab_size` symbols "0", "1", ... with lengths
+    drawn uniformly from [`task.min_len`, `task.max_len`]. Subclasses compute the
+    target from the source in `targets`, vectorised over the batch."""
+
+    def build_vocab(self) -> Vocabulary:
+        return Vocabulary([*self.symbols(), *self.output_tokens()], split="word")
+
+    def symbols(self) -> list[str]:
+        return [str(s) for s in range(self.config.vocab_size)]
+
+    def output_tokens(self) -> list[str]:
+        """Target tokens that are not symbols (e.g. counts)."""
+        return []
+
+    @property
+    def first_symbol_id(self) -> int:
+        return len(SPECIALS)  # symbol s has id first_symbol_id + s
+
+    @property
+    def max_source_len(self) -> int:
+        return self.config.max_len
+
+    @property
+    def max_target_len(self) -> int:
+        return self.config.max_len
+
+    def space_size(self) -> int:
+        return sum(self.config.vocab_size**length for length in range(self.config.min_len, self.config.max_len + 1))
+
+    def sample(self, n: int, generator: torch.Generator) -> Pairs:
+        lengths = torch.randint(self.config.min_len, self.config.max_len + 1, (n,), generator=generator)
+        symbols = torch.randint(0, self.config.vocab_size, (n, self.config.max_len), generator=generator)
+        valid = positions_below(lengths, self.config.max_len)  # (N, S)
+        target, target_len = self.targets(symbols, lengths, valid)
+        source = torch.where(valid, symbols + self.first_symbol_id, PAD_ID)
+        return Pairs(source, lengths, target, target_len)
+
+    def targets(
+        self, symbols: torch.Tensor, lengths: torch.Tensor, valid: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """symbols (N, S) in [0, vocab_size), garbage where not `valid` -> target ids (N, T), lengths (N,)."""
+        raise NotImplementedError
+
+    def token_ids(self, tokens: list[str]) -> torch.Tensor:
+        """A lookup table: value v -> id of the token tokens[v]."""
+        return torch.tensor([self.vocab.ids[t] for t in tokens])
+
+
+def positions_below(lengths: torch.Tensor, width: int) -> torch.Tensor:
+    """(N,) lengths -> (N, width) bool, True at positions < length."""
+    return torch.arange(width).unsqueeze(0) < lengths.unsqueeze(1)
+
+
+def left_compact(values: torch.Tensor, keep: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Move each row's kept entries to the front, in order, and PAD the rest.
+
+    values, keep: (N, L) -> compacted (N, L), counts (N,).
+    """
+    order = torch.argsort((~keep).to(torch.int8), dim=1, stable=True)  # kept first, order preserved
+    compacted = values.gather(1, order)
+    counts = keep.sum(1)
+    return compacted.masked_fill(~positions_below(counts, values.size(1)), PAD_ID), counts

@@ -1,0 +1,15 @@
+"""copy: repeat the source. The attention pattern to look for: each output position
+attends to the same position of the source (a diagonal)."""
+
+import torch
+
+from tinytf.tasks.base import SymbolTask
+
+
+class Copy(SymbolTask):
+    name = "copy"
+    description = "repeat the input symbols: 3 1 2 -> 3 1 2"
+
+    def targets(self, symbols: torch.Tensor, lengths: torch.Tensor, valid: torch.Tensor):
+        source = torch.where(valid, symbols + self.first_symbol_id, 0)  # (N, S)
+        return source, lengths

@@ -1,0 +1,44 @@
+"""histogram and double-histogram: counting tasks from "Thinking Like Transformers"
+(Weiss et al., 2021). Outputs are counts, written as the tokens "1", "2", ..."""
+
+from functools import cached_property
+
+import torch
+
+from tinytf.tasks.base import SymbolTask
+from tinytf.tasks.vocab import PAD, PAD_ID
+
+
+def token_counts(symbols: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    """(N, S) -> (N, S): how often each position's symbol occurs in its (valid part of the) row."""
+    same = symbols.unsqueeze(2) == symbols.unsqueeze(1)  # (N, S, S): symbol i == symbol j
+    return (same & valid.unsqueeze(1)).sum(2)  # count the valid j
+
+
+class Histogram(SymbolTask):
+    name = "histogram"
+    description = "per position, how often its symbol occurs in the input: 3 1 3 2 -> 2 1 2 1"
+
+    @cached_property
+    def count_id(self) -> torch.Tensor:
+        return self.token_ids([PAD, *self.output_tokens()])  # count c -> id of the token "c"
+
+    def output_tokens(self) -> list[str]:
+        return [str(count) for count in range(1, self.config.max_len + 1)]
+
+    def targets(self, symbols: torch.Tensor, lengths: torch.Tensor, valid: torch.Tensor):
+        counts = token_counts(symbols, valid)  # (N, S)
+        return torch.where(valid, self.count_id[counts], PAD_ID), lengths
+
+
+class DoubleHistogram(Histogram):
+    name = "double-histogram"
+    description = "per position, how many distinct symbols occur as often as its symbol does: 3 1 3 2 -> 1 2 1 2"
+
+    def targets(self, symbols: torch.Tensor, lengths: torch.Tensor, valid: torch.Tensor):
+        counts = token_counts(symbols, valid)  # (N, S)
+        # Positions whose symbol has count c: c per distinct symbol with that count. So the
+        # number of distinct symbols with count c = (#positions with count c) / c.
+        same_count = (counts.unsqueeze(2) == counts.unsqueeze(1)) & valid.unsqueeze(1)  # (N, S, S)
+        distinct = same_count.sum(2) // counts.clamp(min=1)  # (N, S)
+        return torch.where(valid, self.count_id[distinct], PAD_ID), lengths

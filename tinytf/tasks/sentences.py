@@ -1,0 +1,137 @@
+"""sentences: toy English from a small generative grammar, for language modelling.
+
+    S        -> NP[n] VP[n]                       (n: singular or plural, agreeing)
+    NP[n]    -> Det[n] (Adj) Noun[n] (PP | that VP[n])
+    VP[n]    -> Verb_intransitive[n] (PP) | Verb_transitive[n] NP (PP)
+    PP       -> Prep NP
+
+Verbs in the present tense agree with their subject ("the cat sleeps", "the cats
+sleep"); past-tense verbs do not ("the cat sat on the mat"). A language model has to
+find the subject -- sometimes several words back, across a relative clause -- to pick
+the verb's form: a head that attends from the verb to its subject is worth looking for.
+"""
+
+from __future__ import annotations
+
+import random
+from functools import cached_property
+
+import torch
+
+from tinytf.errors import ConfigError
+from tinytf.tasks.base import Pairs, Task
+from tinytf.tasks.vocab import BOS, EOS, PAD_ID, Vocabulary
+
+DETERMINERS = {"sg": ["the", "a", "every", "this"], "pl": ["the", "some", "these", "many"]}
+NOUNS = {
+    "sg": ["cat", "dog", "mat", "bird", "child", "teacher", "ball", "tree", "house", "fox"],
+    "pl": ["cats", "dogs", "mats", "birds", "children", "teachers", "balls", "trees", "houses", "foxes"],
+}
+ADJECTIVES = ["big", "small", "old", "happy", "red", "quiet", "lazy"]
+INTRANSITIVE = {
+    "sg": ["sleeps", "runs", "sits", "waits"],
+    "pl": ["sleep", "run", "sit", "wait"],
+    "past": ["sat", "slept", "ran", "waited"],
+}
+TRANSITIVE = {
+    "sg": ["sees", "likes", "chases", "finds"],
+    "pl": ["see", "like", "chase", "find"],
+    "past": ["saw", "liked", "chased", "found"],
+}
+PREPOSITIONS = ["on", "under", "near", "behind", "with"]
+POOL_SIZE = 20_000  # sentences generated once; batches are drawn from them
+POOL_SEED = 1234  # the grammar's sample is part of the task's definition, like its vocabulary
+
+
+def all_words() -> list[str]:
+    groups = [*DETERMINERS.values(), *NOUNS.values(), ADJECTIVES, *INTRANSITIVE.values()]
+    groups += [*TRANSITIVE.values(), PREPOSITIONS, ["that"]]
+    return list(dict.fromkeys(word for group in groups for word in group))
+
+
+class Grammar:
+    """Draws sentences from the grammar above with a seeded `random.Random`."""
+
+    def __init__(self, rng: random.Random, max_depth: int = 2) -> None:
+        self.rng = rng
+        self.max_depth = max_depth
+
+    def sentence(self) -> list[str]:
+        number = self.rng.choice(["sg", "pl"])
+        return self.noun_phrase(number, depth=0) + self.verb_phrase(number, depth=0)
+
+    def noun_phrase(self, number: str, depth: int) -> list[str]:
+        words = [self.rng.choice(DETERMINERS[number])]
+        if self.rng.random() < 0.3:
+            words.append(self.rng.choice(ADJECTIVES))
+        words.append(self.rng.choice(NOUNS[number]))
+        if depth < self.max_depth:
+            roll = self.rng.random()
+            if roll < 0.15:
+                words += self.prepositional_phrase(depth + 1)
+            elif roll < 0.3:
+                words += ["that", *self.verb_phrase(number, depth + 1)]
+        return words
+
+    def verb_phrase(self, number: str, depth: int) -> list[str]:
+        tense = number if self.rng.random() < 0.6 else "past"
+        if self.rng.random() < 0.5:
+            words = [self.rng.choice(INTRANSITIVE[tense])]
+        else:
+            words = [self.rng.choice(TRANSITIVE[tense]), *self.noun_phrase(self.rng.choice(["sg", "pl"]), depth + 1)]
+        if depth < self.max_depth and self.rng.random() < 0.4:
+            words += self.prepositional_phrase(depth + 1)
+        return words
+
+    def prepositional_phrase(self, depth: int) -> list[str]:
+        return [self.rng.choice(PREPOSITIONS), *self.noun_phrase(self.rng.choice(["sg", "pl"]), depth)]
+
+
+class Sentences(Task):
+    name = "sentences"
+    description = "next-word prediction on toy English with subject-verb agreement: the cat sat on the mat"
+    archs = ("decoder",)
+    language_model = True
+
+    def build_vocab(self) -> Vocabulary:
+        return Vocabulary(all_words(), split="word")
+
+    @property
+    def max_source_len(self) -> int:
+        return 0
+
+    @property
+    def max_target_len(self) -> int:
+        return self.config.max_len + 2  # <bos> words <eos>
+
+    def space_size(self) -> None:
+        return None  # the pool holds POOL_SIZE sentences, far more than any eval set
+
+    @cached_property
+    def pool(self) -> Pairs:
+        """POOL_SIZE sentences of min_len..max_len words, as <bos> words <eos>."""
+        grammar = Grammar(random.Random(POOL_SEED))
+        width = self.max_target_len
+        target = torch.full((POOL_SIZE, width), PAD_ID)
+        lengths = torch.empty(POOL_SIZE, dtype=torch.long)
+        made = 0
+        for _ in range(100 * POOL_SIZE):
+            words = grammar.sentence()
+            if self.config.min_len <= len(words) <= self.config.max_len:
+                ids = self.vocab.encode([BOS, *words, EOS])
+                target[made, : len(ids)] = torch.tensor(ids)
+                lengths[made] = len(ids)
+                made += 1
+                if made == POOL_SIZE:
+                    break
+        if made == 0:
+            raise ConfigError(
+                f"task.min_len={self.config.min_len}, task.max_len={self.config.max_len}: "
+                "no sentence of the grammar has that many words (they have 3 to about 30)"
+            )
+        target, lengths = target[:made], lengths[:made]
+        empty = torch.zeros(made, 0, dtype=torch.long)
+        return Pairs(empty, torch.zeros(made, dtype=torch.long), target, lengths)
+
+    def sample(self, n: int, generator: torch.Generator) -> Pairs:
+        return self.pool[torch.randint(0, len(self.pool), (n,), generator=generator)]

@@ -1,0 +1,81 @@
+"""text: language modelling on your own UTF-8 text file (`task.path`).
+
+`task.tokenizer: char` makes every character a token (spaces and newlines included);
+`word` splits on whitespace. The vocabulary is every token of the file. Training
+windows of `task.max_len` + 1 tokens are cut at random from the first 90% of the
+file; the held-out windows come from the last 10%, so they never overlap.
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+from pathlib import Path
+
+import torch
+
+from tinytf.errors import ConfigError
+from tinytf.tasks.base import Pairs, Task
+from tinytf.tasks.vocab import Vocabulary
+
+HELD_OUT_FRACTION = 0.1
+
+
+class Text(Task):
+    name = "text"
+    description = "next-token prediction on a text file of yours (task.path; task.tokenizer: char | word)"
+    archs = ("decoder",)
+    language_model = True
+    held_out_is_disjoint = True
+
+    @cached_property
+    def tokens(self) -> list[str]:
+        path = Path(self.config.path or "")
+        try:
+            text = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            raise ConfigError(f"task.path: file not found: {path}") from None
+        except IsADirectoryError:
+            raise ConfigError(f"task.path: {path} is a folder, not a text file") from None
+        except UnicodeDecodeError as err:
+            raise ConfigError(f"task.path: {path} is not UTF-8 text ({err.reason} at byte {err.start})") from None
+        return text.split() if self.config.tokenizer == "word" else list(text)
+
+    def build_vocab(self) -> Vocabulary:
+        return Vocabulary(sorted(set(self.tokens)), split=self.config.tokenizer)
+
+    @cached_property
+    def stream(self) -> torch.Tensor:
+        """The whole file as ids (L,)."""
+        window = self.max_target_len
+        needed = int(2 * window / HELD_OUT_FRACTION)
+        if len(self.tokens) < needed:
+            raise ConfigError(
+                f"task.path: {self.config.path} has {len(self.tokens)} {self.config.tokenizer} tokens; "
+                f"windows of task.max_len={self.config.max_len} need at least {needed}"
+            )
+        return torch.tensor(self.vocab.encode(self.tokens))
+
+    @property
+    def max_source_len(self) -> int:
+        return 0
+
+    @property
+    def max_target_len(self) -> int:
+        return self.config.max_len + 1  # inputs are tokens[:-1], labels tokens[1:]
+
+    def windows(self, region: torch.Tensor, n: int, generator: torch.Generator) -> Pairs:
+        window = self.max_target_len
+        starts = torch.randint(0, len(region) - window + 1, (n,), generator=generator)  # (N,)
+        target = region[starts.unsqueeze(1) + torch.arange(window)]  # (N, window)
+        empty = torch.zeros(n, 0, dtype=torch.long)
+        return Pairs(empty, torch.zeros(n, dtype=torch.long), target, torch.full((n,), window))
+
+    @property
+    def split_point(self) -> int:
+        return int(len(self.stream) * (1 - HELD_OUT_FRACTION))
+
+    def sample(self, n: int, generator: torch.Generator) -> Pairs:
+        return self.windows(self.stream[: self.split_point], n, generator)
+
+    def held_out(self, n: int, generator: torch.Generator) -> Pairs:
+        return self.windows(self.stream[self.split_point :], n, generator)
