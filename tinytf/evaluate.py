@@ -17,7 +17,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from tinytf.data import IGNORE, frame
+from tinytf.errors import UserError
 from tinytf.tasks.base import Pairs, Task
+from tinytf.tasks.vocab import PAD_ID
 
 
 def scored_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
@@ -73,13 +75,14 @@ def greedy_answers(model: nn.Module, task: Task, pairs: Pairs) -> list[list[int]
         return answers
 
     max_new = task.max_target_len + 1  # the answer and its <eos>
+    max_len = model.config.max_len
     answers: list[list[int]] = [[] for _ in range(len(pairs))]
     if arch == "decoder":
         # Prompts of equal length run together, so no prompt is padded.
         for length in pairs.source_len.unique().tolist():
             rows = (pairs.source_len == length).nonzero().squeeze(1)
             prompt = torch.cat([pairs.source[rows, :length], torch.full((len(rows), 1), vocab.sep_id)], dim=1)
-            generated = _generate(lambda seq: model(seq), prompt.to(device), max_new, vocab.eos_id)
+            generated = _generate(lambda seq: model(seq), prompt.to(device), max_new, vocab.eos_id, max_len)
             for row, answer in zip(rows.tolist(), generated, strict=True):
                 answers[row] = answer
         return answers
@@ -89,15 +92,18 @@ def greedy_answers(model: nn.Module, task: Task, pairs: Pairs) -> list[list[int]
     source = pairs.source[:, :width].to(device)
     source_pad_mask = (torch.arange(width).unsqueeze(0) >= pairs.source_len.unsqueeze(1)).to(device)
     start = torch.full((len(pairs), 1), vocab.bos_id, device=device)
-    return _generate(lambda seq: model(seq, source, source_pad_mask=source_pad_mask), start, max_new, vocab.eos_id)
+    return _generate(
+        lambda seq: model(seq, source, source_pad_mask=source_pad_mask), start, max_new, vocab.eos_id, max_len
+    )
 
 
-def _generate(next_logits, prompt: torch.Tensor, max_new: int, eos_id: int) -> list[list[int]]:
+def _generate(next_logits, prompt: torch.Tensor, max_new: int, eos_id: int, max_len: int) -> list[list[int]]:
     """Greedy decoding: append argmax tokens to prompt (B, P) until every row has
-    produced <eos> or max_new tokens. Returns each row's new tokens before <eos>."""
+    produced <eos>, or max_new tokens, or the sequence fills the model's max_len.
+    Returns each row's new tokens before <eos>."""
     sequence = prompt
     finished = torch.zeros(prompt.size(0), dtype=torch.bool, device=prompt.device)
-    for _ in range(max_new):
+    for _ in range(min(max_new, max_len - prompt.size(1) + 1)):
         next_token = next_logits(sequence)[:, -1].argmax(-1)  # (B,)
         sequence = torch.cat([sequence, next_token.unsqueeze(1)], dim=1)  # (B, P + generated)
         finished |= next_token == eos_id
@@ -107,3 +113,49 @@ def _generate(next_logits, prompt: torch.Tensor, max_new: int, eos_id: int) -> l
     for row in sequence[:, prompt.size(1) :].tolist():
         answers.append(row[: row.index(eos_id)] if eos_id in row else row)
     return answers
+
+
+LM_CONTINUATION = 20  # tokens a language model writes after a prompt, at most
+
+
+@torch.no_grad()
+def predict(model: nn.Module, task: Task, texts: list[str], batch_size: int = 500) -> list[tuple[list[str], list[str]]]:
+    """Typed inputs -> (input tokens, the model's answer tokens), answered in batches.
+
+    A language model continues the text (until <eos>, up to LM_CONTINUATION tokens)."""
+    vocab, max_len = task.vocab, model.config.max_len
+    sources = []
+    for line_number, text in enumerate(texts, start=1):
+        where = f"input {line_number}: " if len(texts) > 1 else ""
+        try:
+            ids = vocab.encode(text)
+        except UserError as err:
+            raise UserError(f"{where}{err}") from None
+        if not ids:
+            raise UserError(f"{where}the input is empty")
+        prompt = [vocab.bos_id, *ids] if task.starts_with_bos else ids
+        longest = len(prompt) + (1 if model.config.arch == "decoder" and not task.language_model else 0)
+        if longest > max_len:
+            raise UserError(
+                f"{where}the input makes {longest} tokens; this model reads at most model.max_len={max_len}"
+            )
+        sources.append(prompt if task.language_model else ids)
+
+    if task.language_model:
+        device = next(model.parameters()).device
+        answers: list[list[int]] = [[] for _ in sources]
+        for length in sorted({len(s) for s in sources}):  # equal lengths together: no padding
+            rows = [i for i, s in enumerate(sources) if len(s) == length]
+            prompt = torch.tensor([sources[i] for i in rows], device=device)
+            for row, answer in zip(rows, _generate(model, prompt, LM_CONTINUATION, vocab.eos_id, max_len), strict=True):
+                answers[row] = answer
+    else:
+        answers = []
+        for start in range(0, len(sources), batch_size):
+            chunk = sources[start : start + batch_size]
+            width = max(len(s) for s in chunk)
+            source = torch.tensor([s + [PAD_ID] * (width - len(s)) for s in chunk])
+            lengths = torch.tensor([len(s) for s in chunk])
+            pairs = Pairs(source, lengths, torch.zeros(len(chunk), 0, dtype=torch.long), torch.zeros_like(lengths))
+            answers += greedy_answers(model, task, pairs)
+    return [(vocab.decode(source), vocab.decode(answer)) for source, answer in zip(sources, answers, strict=True)]

@@ -68,6 +68,10 @@ class Task:
     archs: ClassVar[tuple[Arch, ...]] = ALL_ARCHS  # the architectures it makes sense for
     # Language-model tasks have no source: the decoder predicts each next target token.
     language_model: ClassVar[bool] = False
+    # Language models only: sequences begin with <bos> (typed text gets one prepended).
+    starts_with_bos: ClassVar[bool] = False
+    # An input whose attention maps are worth watching as training goes (logged to TensorBoard).
+    showcase: ClassVar[str | None] = None
 
     def __init__(self, config: TaskConfig) -> None:
         """Cheap: nothing is generated or read until it is needed."""
@@ -111,8 +115,8 @@ class Task:
         return ("loss", "token_acc", "seq_acc")
 
     def render(self, ids: list[int]) -> str:
-        """Ids -> text as a person would type it."""
-        return self.vocab.join(self.vocab.decode(ids))
+        """Ids -> text as a person would type it (special tokens left out)."""
+        return self.vocab.join([token for token in self.vocab.decode(ids) if token not in SPECIALS])
 
 
 class SymbolTask(Task):

@@ -92,6 +92,8 @@ class Sentences(Task):
     description = "next-word prediction on toy English with subject-verb agreement: the cat sat on the mat"
     archs = ("decoder",)
     language_model = True
+    starts_with_bos = True
+    showcase = "the cat sat on the mat"
 
     def build_vocab(self) -> Vocabulary:
         return Vocabulary(all_words(), split="word")

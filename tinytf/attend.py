@@ -1,0 +1,149 @@
+"""What each head attends to, for one input: the data behind `tinytf attend`, the
+TensorBoard attention images and the notebooks. Pure: it computes, the CLI formats.
+
+    report = attention_report(run.model, run.task, "3 1 2")
+    for m in report.maps:            # one per stack, layer and kind
+        m.name, m.weights.shape      # "decoder.0.self", (H, T_q, T_k)
+
+The weights are exactly those of `model(..., return_attention=True)` for the input.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch import nn
+
+from tinytf.data import IGNORE, Batch, frame
+from tinytf.errors import UserError
+from tinytf.evaluate import greedy_answers
+from tinytf.tasks.base import Pairs, Task
+
+
+@dataclass
+class AttentionMap:
+    stack: str  # "encoder" or "decoder"
+    layer: int
+    kind: str  # "self" or "cross"
+    query_tokens: list[str]
+    key_tokens: list[str]
+    weights: np.ndarray  # (H, T_q, T_k), each row sums to 1
+    first_head: int = 0  # the model's index of weights[0] (not 0 once a head is selected)
+
+    @property
+    def name(self) -> str:
+        return f"{self.stack}.{self.layer}.{self.kind}"
+
+    @property
+    def n_heads(self) -> int:
+        return self.weights.shape[0]
+
+
+@dataclass
+class AttentionReport:
+    tokens: list[str]  # what the model read (the decoder's tokens, for an encoder-decoder)
+    source_tokens: list[str] | None  # the encoder's input, encoder-decoder only
+    answer: list[str] | None  # the answer shown (generated unless a target was given)
+    maps: list[AttentionMap]
+
+    def select(self, layer: int | None = None, head: int | None = None) -> AttentionReport:
+        """Only layer `layer` and/or head `head`; out of range is a `UserError`."""
+        maps = self.maps
+        if layer is not None:
+            n_layers = max(m.layer for m in maps) + 1
+            if not 0 <= layer < n_layers:
+                raise UserError(f"--layer {layer} is out of range: the model has layers 0..{n_layers - 1}")
+            maps = [m for m in maps if m.layer == layer]
+        if head is not None:
+            n_heads = maps[0].n_heads
+            if not 0 <= head < n_heads:
+                raise UserError(f"--head {head} is out of range: the model has heads 0..{n_heads - 1}")
+            maps = [AttentionMap(m.stack, m.layer, m.kind, m.query_tokens, m.key_tokens,
+                                 m.weights[head : head + 1], first_head=head) for m in maps]  # fmt: skip
+        return AttentionReport(self.tokens, self.source_tokens, self.answer, maps)
+
+    def to_json(self) -> str:
+        return json.dumps({
+            "tokens": self.tokens,
+            "source_tokens": self.source_tokens,
+            "answer": self.answer,
+            "attention": [
+                {"stack": m.stack, "layer": m.layer, "kind": m.kind, "query_tokens": m.query_tokens,
+                 "key_tokens": m.key_tokens, "weights": m.weights.tolist()}
+                for m in self.maps
+            ],
+        }, ensure_ascii=False)  # fmt: skip
+
+    def save_npz(self, path: Path) -> None:
+        """One (heads, query, key) array per map, named like "decoder.0.self", plus the tokens."""
+        arrays = {m.name: m.weights for m in self.maps}
+        arrays["tokens"] = np.array(self.tokens)
+        if self.source_tokens is not None:
+            arrays["source_tokens"] = np.array(self.source_tokens)
+        with open(path, "wb") as file:
+            np.savez(file, **arrays)
+
+
+def encode_input(task: Task, text: str, what: str = "input") -> list[int]:
+    """Typed text -> ids, with clear errors for empty input and unknown tokens."""
+    ids = task.vocab.encode(text)
+    if not ids:
+        raise UserError(f"the {what} is empty")
+    return ids
+
+
+def input_batch(model: nn.Module, task: Task, text: str, target: str | None = None) -> tuple[Batch, list[int] | None]:
+    """The model input for typed `text`: framed as in training, with `target` as the
+    answer, or else the model's own greedy answer. Returns the batch of one and the answer."""
+    vocab, arch, max_len = task.vocab, model.config.arch, model.config.max_len
+    source = encode_input(task, text)
+    if task.language_model:
+        ids = [vocab.bos_id, *source] if task.starts_with_bos else source
+        _check_length(len(ids), max_len)
+        return Batch(torch.tensor([ids]), torch.full((1, len(ids)), IGNORE)), None
+
+    prompt_len = len(source) + (1 if arch == "decoder" else int(arch == "encoder" and task.config.bos))
+    _check_length(prompt_len, max_len)
+    answer = None
+    if target is not None and arch != "encoder":
+        answer = encode_input(task, target, what="target")
+    elif arch != "encoder":
+        answer = greedy_answers(model, task, _single_pair(source, []))[0]
+    batch = frame(_single_pair(source, answer or []), task, arch)
+    _check_length(batch.tokens.size(1), max_len)
+    return batch, answer
+
+
+@torch.no_grad()
+def attention_report(model: nn.Module, task: Task, text: str, target: str | None = None) -> AttentionReport:
+    """Run `model` on typed `text` (and `target`, else its own greedy answer) and collect
+    every attention map, labelled with its tokens."""
+    vocab = task.vocab
+    batch, answer = input_batch(model, task, text, target)
+    device = next(model.parameters()).device
+    _, weights = model(**batch.to(device).model_inputs(), return_attention=True)
+
+    tokens = vocab.decode(batch.tokens[0].tolist())
+    source_tokens = vocab.decode(batch.source[0].tolist()) if batch.source is not None else None
+    maps = []
+    for name, w in weights.items():
+        stack, layer, kind = name.split(".")
+        reads_source = stack == "encoder" and source_tokens is not None
+        queries = source_tokens if reads_source else tokens
+        keys = source_tokens if reads_source or kind == "cross" else tokens
+        maps.append(AttentionMap(stack, int(layer), kind, queries, keys, w[0].float().cpu().numpy()))
+    return AttentionReport(tokens, source_tokens, None if answer is None else vocab.decode(answer), maps)
+
+
+def _single_pair(source: list[int], target: list[int]) -> Pairs:
+    target_ids = torch.tensor([target]) if target else torch.zeros(1, 0, dtype=torch.long)
+    return Pairs(torch.tensor([source]), torch.tensor([len(source)]), target_ids, torch.tensor([len(target)]))
+
+
+def _check_length(length: int, max_len: int) -> None:
+    if length > max_len:
+        raise UserError(f"the input makes {length} tokens; this model reads at most model.max_len={max_len}")

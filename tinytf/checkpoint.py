@@ -1,0 +1,70 @@
+"""Checkpoints: written atomically, read without ever running code from the file.
+
+A checkpoint is a plain dict of tensors, numbers and strings saved with `torch.save`.
+Saving writes a temporary file in the same folder, flushes it to disk and renames it
+over the old one: a crash or kill at any moment leaves either the old or the new
+checkpoint, never half of one. Loading uses `torch.load(weights_only=True)`, which
+refuses any pickled object that is not such plain data, so a tampered file cannot
+execute code.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from tinytf.errors import UserError
+
+FORMAT = "tinytf-checkpoint-1"
+
+
+class CheckpointError(UserError):
+    """A checkpoint that is missing, damaged or not ours."""
+
+
+def save_checkpoint(state: dict[str, Any], path: str | Path) -> None:
+    """Atomically write `state` (plain data and tensors) to `path`."""
+    path = Path(path)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(temporary, "wb") as file:
+            torch.save({"format": FORMAT, **state}, file)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(temporary, path)  # atomic on POSIX and Windows
+    finally:
+        temporary.unlink(missing_ok=True)
+    _fsync_folder(path.parent)
+
+
+def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
+    """Read a checkpoint written by `save_checkpoint`; anything else is a `CheckpointError`."""
+    path = Path(path)
+    if not path.is_file():
+        raise CheckpointError(f"{path}: checkpoint not found")
+    try:
+        state = torch.load(path, map_location=map_location, weights_only=True)
+    except (pickle.UnpicklingError, RuntimeError, EOFError, OSError, ValueError) as err:
+        first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise CheckpointError(f"{path}: not a loadable tinytf checkpoint (refused: {first_line})") from None
+    if not isinstance(state, dict) or state.get("format") != FORMAT:
+        raise CheckpointError(f"{path}: not a tinytf checkpoint (expected format {FORMAT!r})")
+    return state
+
+
+def _fsync_folder(folder: Path) -> None:
+    """Make the rename itself durable (POSIX); a no-op where folders cannot be opened."""
+    try:
+        descriptor = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(descriptor)
+    except OSError:
+        pass
+    finally:
+        os.close(descriptor)

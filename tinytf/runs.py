@@ -1,0 +1,108 @@
+"""Run folders: where a training run keeps everything, and how it is found again.
+
+    runs/<name>-<YYYYmmdd-HHMMSS>/
+        config.yaml            the fully resolved config
+        vocab.json             the task's vocabulary
+        checkpoints/last.pt    the latest state (model, optimizer, schedule, RNGs, step)
+        checkpoints/best.pt    the state with the best validation score so far
+        metrics.jsonl          one JSON object per logged point
+        events.out.tfevents.*  TensorBoard scalars, attention maps, samples
+
+A new run never reuses a folder: creation is atomic and a name already taken gets a
+numeric suffix.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from tinytf.checkpoint import CheckpointError, load_checkpoint
+from tinytf.config import Config, load_config
+from tinytf.errors import UserError
+from tinytf.model import Transformer, build_model
+from tinytf.tasks import Task, get_task
+from tinytf.tasks.vocab import Vocabulary
+
+CONFIG_FILE = "config.yaml"
+VOCAB_FILE = "vocab.json"
+CHECKPOINTS = "checkpoints"
+METRICS_FILE = "metrics.jsonl"
+
+
+def create_run_dir(runs_dir: str | Path, name: str) -> Path:
+    """Make a fresh, empty run folder `<runs_dir>/<name>-<timestamp>[-N]`."""
+    runs_dir = Path(runs_dir)
+    runs_dir.mkdir(parents=True, exist_ok=True)
+    stem = f"{name}-{dt.datetime.now().strftime('%Y%m%d-%H%M%S')}"
+    for attempt in range(1, 1000):
+        run_dir = runs_dir / (stem if attempt == 1 else f"{stem}-{attempt}")
+        try:
+            run_dir.mkdir()  # fails if it exists: two runs can never share a folder
+        except FileExistsError:
+            continue
+        (run_dir / CHECKPOINTS).mkdir()
+        return run_dir
+    raise UserError(f"{runs_dir}: cannot find a free run folder name for {stem!r}")
+
+
+def checkpoint_path(run_dir: Path, which: str) -> Path:
+    return Path(run_dir) / CHECKPOINTS / f"{which}.pt"
+
+
+def is_run_dir(path: Path) -> bool:
+    return (path / CONFIG_FILE).is_file()
+
+
+def newest_run(runs_dir: str | Path) -> Path:
+    """The most recently modified run folder under `runs_dir`."""
+    runs_dir = Path(runs_dir)
+    runs = [path for path in runs_dir.iterdir() if path.is_dir() and is_run_dir(path)] if runs_dir.is_dir() else []
+    if not runs:
+        raise UserError(f"no runs in {runs_dir}/; train one first: tinytf train configs/quickstart.yaml")
+    return max(runs, key=lambda path: (path / CONFIG_FILE).stat().st_mtime)
+
+
+def resolve_run(run: str | Path | None, runs_dir: str | Path = "runs") -> Path:
+    """`--run` as given, or the newest run under `runs_dir`."""
+    if run is None:
+        return newest_run(runs_dir)
+    run_dir = Path(run)
+    if not run_dir.is_dir():
+        raise UserError(f"{run_dir}: run folder not found")
+    if not is_run_dir(run_dir):
+        raise UserError(f"{run_dir}: not a tinytf run folder (no {CONFIG_FILE})")
+    return run_dir
+
+
+@dataclass
+class LoadedRun:
+    run_dir: Path
+    config: Config
+    task: Task
+    model: Transformer
+    step: int  # the training step the checkpoint was saved at
+
+    @property
+    def vocab(self) -> Vocabulary:
+        return self.task.vocab
+
+
+def load_run(run_dir: Path, which: str = "best", device: str | torch.device = "cpu") -> LoadedRun:
+    """A trained model from its run folder, with its task and saved vocabulary."""
+    config = load_config(run_dir / CONFIG_FILE)
+    task = get_task(config.task)
+    task.vocab = Vocabulary.load(run_dir / VOCAB_FILE)  # the saved one: the task's data may be gone
+    path = checkpoint_path(run_dir, which)
+    if not path.exists():
+        raise UserError(f"{run_dir}: no {which} checkpoint yet ({path.relative_to(run_dir)}); train longer or wait")
+    state = load_checkpoint(path)
+    model = build_model(config, vocab_size=len(task.vocab))
+    try:
+        model.load_state_dict(state["model"])
+    except (RuntimeError, KeyError) as err:
+        raise CheckpointError(f"{path}: does not fit the run's config ({str(err).splitlines()[0]})") from None
+    return LoadedRun(run_dir, config, task, model.to(device).eval(), int(state.get("step", 0)))

@@ -1,0 +1,89 @@
+"""Pictures of attention: matplotlib heatmaps with tokens on both axes, and a compact
+heatmap for the terminal.
+
+Reading a map: row i is query token i, column j is key token j, and the cell's darkness
+is how much of query i's attention goes to key j (each row sums to 1). Patterns worth
+looking for (see the source material's table): a diagonal (each token attends to
+itself), the diagonal just below it (the previous token), a bright first column (the
+first token / <bos> as a resting place), and off-diagonal links such as a verb looking
+back at its subject.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+    from tinytf.attend import AttentionMap, AttentionReport
+
+SHADES = " ░▒▓█"  # weight 0 .. 1, in five steps
+
+
+def _draw_heatmap(ax, weights: np.ndarray, query_tokens: list[str], key_tokens: list[str], title: str) -> None:
+    ax.imshow(weights, cmap="Blues", vmin=0.0, vmax=1.0, aspect="auto")
+    ax.set_xticks(range(len(key_tokens)), key_tokens, rotation=90, fontsize=7)
+    ax.set_yticks(range(len(query_tokens)), query_tokens, fontsize=7)
+    ax.set_title(title, fontsize=8)
+    ax.set_xlabel("key", fontsize=7)
+
+
+def layer_figure(attention: AttentionMap) -> Figure:
+    """One layer's attention (self or cross): its heads side by side."""
+    from matplotlib.figure import Figure  # imported here: matplotlib is slow to import
+
+    n_heads = attention.n_heads
+    size = 0.9 + 0.22 * max(len(attention.key_tokens), len(attention.query_tokens))
+    figure = Figure(figsize=(size * n_heads + 0.6, size + 0.6), layout="constrained")
+    axes = figure.subplots(1, n_heads, squeeze=False)[0]
+    for head, ax in enumerate(axes):
+        _draw_heatmap(ax, attention.weights[head], attention.query_tokens, attention.key_tokens,
+                      f"{attention.name} head {attention.first_head + head}")  # fmt: skip
+    axes[0].set_ylabel("query", fontsize=7)
+    return figure
+
+
+def report_figure(report: AttentionReport) -> Figure:
+    """Every map of a report in one grid: a row per stack/layer/kind, a column per head."""
+    from matplotlib.figure import Figure
+
+    rows, cols = len(report.maps), max(m.n_heads for m in report.maps)
+    longest = max(max(len(m.key_tokens), len(m.query_tokens)) for m in report.maps)
+    size = 0.9 + 0.22 * longest
+    figure = Figure(figsize=(size * cols + 0.6, size * rows + 0.6), layout="constrained")
+    axes = figure.subplots(rows, cols, squeeze=False)
+    for row, attention in enumerate(report.maps):
+        for head in range(cols):
+            ax = axes[row][head]
+            if head < attention.n_heads:
+                _draw_heatmap(ax, attention.weights[head], attention.query_tokens, attention.key_tokens,
+                              f"{attention.name} head {attention.first_head + head}")  # fmt: skip
+            else:
+                ax.axis("off")
+        axes[row][0].set_ylabel("query", fontsize=7)
+    return figure
+
+
+def save_figure(figure: Figure, path) -> None:
+    figure.savefig(path, dpi=120)
+
+
+def terminal_heatmap(attention: AttentionMap, head: int, cell_width: int = 2) -> str:
+    """One head as text: query tokens down the side, key tokens (numbered) across the top,
+    one shaded cell per weight, and each query's strongest key at the end of its row."""
+    weights = attention.weights[head]
+    queries, keys = attention.query_tokens, attention.key_tokens
+    label_width = min(max(len(t) for t in queries), 12)
+    header = " " * (label_width + 1) + "".join(f"{j:<{cell_width}d}"[:cell_width] for j in range(len(keys)))
+    lines = [f"{attention.name} head {attention.first_head + head}", header]
+    for i, query in enumerate(queries):
+        cells = "".join(SHADES[min(int(w * len(SHADES)), len(SHADES) - 1)] * cell_width for w in weights[i])
+        strongest = int(np.argmax(weights[i]))
+        label = f"{query[:label_width]:>{label_width}}"
+        lines.append(f"{label} {cells}  -> {keys[strongest]} ({weights[i, strongest]:.2f})")
+    key_legend = "  ".join(f"{j}={token}" for j, token in enumerate(keys))
+    lines.append(f"{'keys:':>{label_width}} {key_legend}")
+    return "\n".join(lines)
