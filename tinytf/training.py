@@ -142,6 +142,7 @@ def train(
     # until it is logged, so a step does not wait for it.
     train_loss_sum = torch.zeros((), device=device)
     window_steps, window_tokens, window_start = 0, 0, time.perf_counter()
+    tokens_per_s = 0.0  # of the latest training window; validation records repeat it
     final: dict[str, float] = {}
     step = start_step
     interrupted = False
@@ -169,12 +170,12 @@ def train(
             step += 1
 
             if step % config.log.every == 0 or step == config.train.steps:
-                elapsed = time.perf_counter() - window_start
+                tokens_per_s = window_tokens / max(time.perf_counter() - window_start, 1e-9)
                 values = {
                     "loss": float(train_loss_sum) / window_steps,
                     **_batch_accuracy(logits.detach(), batch.labels),
                     "lr": scheduler.get_last_lr()[0],
-                    "tokens_per_s": window_tokens / max(elapsed, 1e-9),
+                    "tokens_per_s": tokens_per_s,
                 }
                 if grad_norm is not None:
                     values["grad_norm"] = float(grad_norm)
@@ -182,14 +183,11 @@ def train(
                 train_loss_sum.zero_()
                 window_steps, window_tokens, window_start = 0, 0, time.perf_counter()
 
-            if stop_requested():  # Ctrl-C: save at this step boundary and leave quickly
-                checkpoint("last", step)
-                interrupted = True
-                break
             finishing = step == config.train.steps
             if step % config.train.eval_every == 0 or finishing:
                 final = evaluate(model, task, data.held_out)
-                _report(loggers, "metrics", step, "val", {**final, "lr": scheduler.get_last_lr()[0]})
+                val_record = {**final, "lr": scheduler.get_last_lr()[0], "tokens_per_s": tokens_per_s}
+                _report(loggers, "metrics", step, "val", val_record)
                 predictions = _predictions_markdown(model, task, data)
                 if predictions:
                     _report(loggers, "text", step, "predictions", predictions)
@@ -208,6 +206,10 @@ def train(
             for logger in loggers:
                 logger.step(step)
             if finishing:
+                break
+            if stop_requested():  # Ctrl-C: save at this step boundary and leave
+                checkpoint("last", step)
+                interrupted = True
                 break
 
     if state is not None and step == start_step:  # resumed a finished run: nothing to do
