@@ -216,24 +216,37 @@ class CopyOracle(nn.Module):
         self.anchor = nn.Parameter(torch.zeros(()))
 
     def forward(self, tokens, source=None, pad_mask=None, source_pad_mask=None):
+        return self._logits(tokens, source, source_pad_mask)
+
+    # the generation interface: encode once, decode with a cache of what was fed so far
+    def encode(self, source, source_pad_mask=None):
+        return source, []
+
+    def new_cache(self):
+        return []
+
+    def decode(self, tokens, context=None, context_pad_mask=None, pad_mask=None, cache=None):
+        if cache is not None:
+            cache.append(tokens)
+            tokens_so_far = torch.cat(cache, dim=1)
+            return self._logits(tokens_so_far, context, context_pad_mask)[:, -tokens.size(1) :], []
+        return self._logits(tokens, context, context_pad_mask), []
+
+    def _logits(self, tokens, source, source_pad_mask):
         batch, length = tokens.shape
         answer = torch.full((batch, length), self.vocab.eos_id)
         for b in range(batch):
             row = tokens[b].tolist()
             if self.config.arch == "encoder":
-                wanted = row
-                offset = 0
+                wanted, offset = row, 0
             elif self.config.arch == "decoder":
-                sep = row.index(self.vocab.sep_id)
-                wanted = row[:sep]
-                offset = sep  # position sep predicts answer[0]
+                offset = row.index(self.vocab.sep_id)  # position <sep> predicts answer[0]
+                wanted = row[:offset]
             else:
-                wanted = source[b][~source_pad_mask[b]].tolist() if source_pad_mask is not None else source[b].tolist()
-                offset = 0
+                wanted, offset = source[b][~source_pad_mask[b]].tolist(), 0
             for k, token in enumerate(wanted):
                 if offset + k < length:
-                    wrong = k == self.mistake_at
-                    answer[b, offset + k] = self.vocab.eos_id if wrong else token
+                    answer[b, offset + k] = self.vocab.eos_id if k == self.mistake_at else token
         return nn.functional.one_hot(answer, len(self.vocab)).float() * 10 + self.anchor
 
 

@@ -75,40 +75,58 @@ def greedy_answers(model: nn.Module, task: Task, pairs: Pairs) -> list[list[int]
         return answers
 
     max_new = task.max_target_len + 1  # the answer and its <eos>
-    max_len = model.config.max_len
     answers: list[list[int]] = [[] for _ in range(len(pairs))]
     if arch == "decoder":
         # Prompts of equal length run together, so no prompt is padded.
         for length in pairs.source_len.unique().tolist():
             rows = (pairs.source_len == length).nonzero().squeeze(1)
             prompt = torch.cat([pairs.source[rows, :length], torch.full((len(rows), 1), vocab.sep_id)], dim=1)
-            generated = _generate(lambda seq: model(seq), prompt.to(device), max_new, vocab.eos_id, max_len)
-            for row, answer in zip(rows.tolist(), generated, strict=True):
+            for row, answer in zip(
+                rows.tolist(), generate(model, prompt.to(device), max_new, vocab.eos_id), strict=True
+            ):
                 answers[row] = answer
         return answers
 
-    # encoder-decoder: the decoder starts from <bos> and attends to the (padded) source.
+    # encoder-decoder: encode once; the decoder starts from <bos> and attends to the (padded) source.
     width = int(pairs.source_len.max())
     source = pairs.source[:, :width].to(device)
     source_pad_mask = (torch.arange(width).unsqueeze(0) >= pairs.source_len.unsqueeze(1)).to(device)
+    context, _ = model.encode(source, source_pad_mask)
     start = torch.full((len(pairs), 1), vocab.bos_id, device=device)
-    return _generate(
-        lambda seq: model(seq, source, source_pad_mask=source_pad_mask), start, max_new, vocab.eos_id, max_len
-    )
+    return generate(model, start, max_new, vocab.eos_id, context, source_pad_mask)
 
 
-def _generate(next_logits, prompt: torch.Tensor, max_new: int, eos_id: int, max_len: int) -> list[list[int]]:
-    """Greedy decoding: append argmax tokens to prompt (B, P) until every row has
-    produced <eos>, or max_new tokens, or the sequence fills the model's max_len.
-    Returns each row's new tokens before <eos>."""
+@torch.no_grad()
+def generate(
+    model: nn.Module,
+    prompt: torch.Tensor,
+    max_new: int,
+    eos_id: int,
+    context: torch.Tensor | None = None,
+    context_pad_mask: torch.Tensor | None = None,
+    use_cache: bool = True,
+) -> list[list[int]]:
+    """Greedy decoding: append the most likely token to prompt (B, P) until every row has
+    produced <eos>, or max_new tokens, or the sequence fills the model's max_len. Returns
+    each row's new tokens before <eos>.
+
+    With `use_cache`, the prompt runs once and each later step feeds only the newest token,
+    attending to the cached keys and values of the others: the same answers as
+    recomputing the whole sequence (`use_cache=False`), in time linear, not quadratic.
+    """
+    cache = model.new_cache() if use_cache else None
     sequence = prompt
     finished = torch.zeros(prompt.size(0), dtype=torch.bool, device=prompt.device)
-    for _ in range(min(max_new, max_len - prompt.size(1) + 1)):
-        next_token = next_logits(sequence)[:, -1].argmax(-1)  # (B,)
+    logits, _ = model.decode(prompt, context, context_pad_mask, cache=cache)
+    while True:
+        next_token = logits[:, -1].argmax(-1)  # (B,)
         sequence = torch.cat([sequence, next_token.unsqueeze(1)], dim=1)  # (B, P + generated)
         finished |= next_token == eos_id
-        if bool(finished.all()):
+        generated = sequence.size(1) - prompt.size(1)
+        if bool(finished.all()) or generated == max_new or sequence.size(1) > model.config.max_len:
             break
+        fed = next_token.unsqueeze(1) if use_cache else sequence
+        logits, _ = model.decode(fed, context, context_pad_mask, cache=cache)
     answers = []
     for row in sequence[:, prompt.size(1) :].tolist():
         answers.append(row[: row.index(eos_id)] if eos_id in row else row)
@@ -147,7 +165,7 @@ def predict(model: nn.Module, task: Task, texts: list[str], batch_size: int = 50
         for length in sorted({len(s) for s in sources}):  # equal lengths together: no padding
             rows = [i for i, s in enumerate(sources) if len(s) == length]
             prompt = torch.tensor([sources[i] for i in rows], device=device)
-            for row, answer in zip(rows, _generate(model, prompt, LM_CONTINUATION, vocab.eos_id, max_len), strict=True):
+            for row, answer in zip(rows, generate(model, prompt, LM_CONTINUATION, vocab.eos_id), strict=True):
                 answers[row] = answer
     else:
         answers = []

@@ -95,134 +95,171 @@ def train(
     resume: Path | None = None,
     loggers: Sequence[Logger] = (),
 ) -> TrainResult:
-    """Train `config` in a new run folder (or continue the run `resume`)."""
-    device = select_device(config.train.device)
-    torch.manual_seed(config.seed)
-    task = get_task(config.task)
-    if resume is not None:
-        run_dir = resume
-        task.vocab = Vocabulary.load(run_dir / VOCAB_FILE)
-        state = load_checkpoint(checkpoint_path(run_dir, "last"))
-    else:
+    """Train `config` in a new run folder under `runs_dir` (or continue the run `resume`)."""
+    return Trainer(config, runs_dir, name, resume, loggers).run()
+
+
+class Trainer:
+    """The state of one training run and the loop over it (see the module docstring)."""
+
+    def __init__(
+        self, config: Config, runs_dir: str | Path, name: str, resume: Path | None, loggers: Sequence[Logger]
+    ) -> None:
+        self.config = config
+        self.device = select_device(config.train.device)
+        torch.manual_seed(config.seed)  # the model's initial weights
+        self.task = get_task(config.task)
         state = None
-    data = TaskData(task, config.seed, config.task.eval_size)
-    model = build_model(config, vocab_size=len(task.vocab)).to(device)
-    optimizer = make_optimizer(model, config, device)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda step: learning_rate_factor(step, config.train.warmup_steps, config.train.steps)
-    )
+        if resume is not None:
+            self.task.vocab = Vocabulary.load(resume / VOCAB_FILE)
+            state = load_checkpoint(checkpoint_path(resume, "last"))
+        self.data = TaskData(self.task, config.seed, config.task.eval_size)
+        self.model = build_model(config, vocab_size=len(self.task.vocab)).to(self.device)
+        self.optimizer = make_optimizer(self.model, config, self.device)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, lambda step: learning_rate_factor(step, config.train.warmup_steps, config.train.steps)
+        )
+        self.step = 0
+        self.best_score: list[float] | None = None  # (seq_acc, -loss) of checkpoints/best.pt
+        self.best: dict[str, float] = {}
+        self.final: dict[str, float] = {}
+        if state is not None:
+            self._restore(state)
+            self.run_dir = resume
+        else:  # only now, once the config and the task's data have proven usable
+            self.run_dir = create_run_dir(runs_dir, name)
+            self.task.vocab.save(self.run_dir / VOCAB_FILE)
+        save_config(config, self.run_dir / CONFIG_FILE)  # after a resume: the config it continues with
+        self.loggers = [MetricsFileLogger(self.run_dir / METRICS_FILE), TensorBoardLogger(self.run_dir), *loggers]
 
-    best_score, best, start_step = None, {}, 0
-    if state is not None:
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        scheduler.load_state_dict(state["scheduler"])
-        torch.set_rng_state(state["rng"]["torch"])
-        data.load_state_dict({"generator": state["rng"]["data"]})
-        start_step, best_score, best = state["step"], state["best_score"], state["best"]
-    else:
-        run_dir = create_run_dir(runs_dir, name)
-        task.vocab.save(run_dir / VOCAB_FILE)
-    save_config(config, run_dir / CONFIG_FILE)  # after a resume: the config it continued with
+    def run(self) -> TrainResult:
+        config, start_step = self.config, self.step
+        self._report("start", self.run_dir, config, start_step)
+        step_model = torch.compile(self.model) if config.train.compile else self.model
+        window = _ThroughputWindow(self.device)
+        interrupted = False
+        self.model.train()
+        with _stop_on_sigint() as stop_requested:
+            while self.step < config.train.steps:
+                logits, labels, grad_norm = self._train_step(step_model, window)
+                self.step += 1
+                step = self.step
+                finishing = step == config.train.steps
+                if step % config.log.every == 0 or finishing:
+                    self._report("metrics", step, "train", window.summary(logits, labels, grad_norm, self._lr()))
+                if step % config.train.eval_every == 0 or finishing:
+                    finishing |= self._validate(window.tokens_per_s)
+                if step % config.log.attention_every == 0 or finishing:
+                    self._log_attention()
+                if step % config.train.checkpoint_every == 0 or finishing:
+                    self._checkpoint("last")
+                self._report("step", step)
+                if finishing:
+                    break
+                if stop_requested():  # Ctrl-C: save at this step boundary and leave
+                    self._checkpoint("last")
+                    interrupted = True
+                    break
 
-    loggers = [MetricsFileLogger(run_dir / METRICS_FILE), TensorBoardLogger(run_dir), *loggers]
-    for logger in loggers:
-        logger.start(run_dir, config, start_step)
+        if self.step == start_step:  # resumed a run that had already finished
+            self.final = {k: v for k, v in self.best.items() if k != "step"}
+        summary = {f"final_{key}": value for key, value in self.final.items()}
+        self._report("finish", self.step, config, {**summary, "best_seq_acc": self.best.get("seq_acc", 0.0)})
+        return TrainResult(self.run_dir, self.step, interrupted, self.final, self.best)
 
-    def checkpoint(which: str, step: int) -> None:
+    def _train_step(self, step_model: nn.Module, window: _ThroughputWindow):
+        """One optimisation step; returns its logits, labels and gradient norm (for logging)."""
+        batch = frame(self.data.train_pairs(self.config.train.batch_size), self.task, self.config.model.arch)
+        window.count_tokens(batch.n_tokens)
+        batch = batch.to(self.device)
+        with _autocast(self.device):
+            logits = step_model(**batch.model_inputs())
+            loss = scored_loss(logits.float(), batch.labels)
+        loss.backward()
+        grad_norm = None
+        if self.config.train.grad_clip is not None:
+            grad_norm = nn.utils.clip_grad_norm_(self.model.parameters(), self.config.train.grad_clip)
+        self.optimizer.step()
+        self.scheduler.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        window.add_loss(loss.detach())
+        return logits.detach(), batch.labels, grad_norm
+
+    def _validate(self, tokens_per_s: float) -> bool:
+        """Score the held-out set, keep the best checkpoint; True if training should stop."""
+        self.final = evaluate(self.model, self.task, self.data.held_out)
+        self._report("metrics", self.step, "val", {**self.final, "lr": self._lr(), "tokens_per_s": tokens_per_s})
+        predictions = _predictions_markdown(self.model, self.task, self.data)
+        if predictions:
+            self._report("text", self.step, "predictions", predictions)
+        score = [self.final["seq_acc"], -self.final["loss"]]
+        if self.best_score is None or score > self.best_score:
+            self.best_score, self.best = score, {**self.final, "step": self.step}
+            self._checkpoint("best")
+        stop_at = self.config.train.stop_at_accuracy
+        return stop_at is not None and self.final["seq_acc"] >= stop_at
+
+    def _log_attention(self) -> None:
+        for sample, text, target in _attention_samples(self.task, self.data):
+            self._report("attention", self.step, sample, attention_report(self.model, self.task, text, target))
+        self.model.train()
+
+    def _lr(self) -> float:
+        return self.scheduler.get_last_lr()[0]
+
+    def _checkpoint(self, which: str) -> None:
         save_checkpoint({
-            "step": step, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
-            "scheduler": scheduler.state_dict(), "best_score": best_score, "best": best,
-            "rng": {"torch": torch.get_rng_state(), "data": data.state_dict()["generator"]},
-        }, checkpoint_path(run_dir, which))  # fmt: skip
+            "step": self.step, "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(), "best_score": self.best_score, "best": self.best,
+            "rng": {"torch": torch.get_rng_state(), "data": self.data.state_dict()["generator"]},
+        }, checkpoint_path(self.run_dir, which))  # fmt: skip
 
-    step_model = torch.compile(model) if config.train.compile else model
-    autocast = torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else contextlib.nullcontext()
-    # Training metrics are averaged over a window of steps; the loss stays on the device
-    # until it is logged, so a step does not wait for it.
-    train_loss_sum = torch.zeros((), device=device)
-    window_steps, window_tokens, window_start = 0, 0, time.perf_counter()
-    tokens_per_s = 0.0  # of the latest training window; validation records repeat it
-    final: dict[str, float] = {}
-    step = start_step
-    interrupted = False
-    model.train()
-    with _stop_on_sigint() as stop_requested:
-        while step < config.train.steps:
-            pairs = data.train_pairs(config.train.batch_size)
-            batch = frame(pairs, task, config.model.arch)
-            window_tokens += batch.n_tokens
-            batch = batch.to(device)
-            with autocast:
-                logits = step_model(**batch.model_inputs())
-                loss = scored_loss(logits.float(), batch.labels)
-            loss.backward()
-            grad_norm = (
-                nn.utils.clip_grad_norm_(model.parameters(), config.train.grad_clip)
-                if config.train.grad_clip is not None
-                else None
-            )
-            optimizer.step()
-            scheduler.step()
-            optimizer.zero_grad(set_to_none=True)
-            train_loss_sum += loss.detach()
-            window_steps += 1
-            step += 1
+    def _restore(self, state: dict) -> None:
+        self.model.load_state_dict(state["model"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        torch.set_rng_state(state["rng"]["torch"])
+        self.data.load_state_dict({"generator": state["rng"]["data"]})
+        self.step, self.best_score, self.best = state["step"], state["best_score"], state["best"]
 
-            if step % config.log.every == 0 or step == config.train.steps:
-                tokens_per_s = window_tokens / max(time.perf_counter() - window_start, 1e-9)
-                values = {
-                    "loss": float(train_loss_sum) / window_steps,
-                    **_batch_accuracy(logits.detach(), batch.labels),
-                    "lr": scheduler.get_last_lr()[0],
-                    "tokens_per_s": tokens_per_s,
-                }
-                if grad_norm is not None:
-                    values["grad_norm"] = float(grad_norm)
-                _report(loggers, "metrics", step, "train", values)
-                train_loss_sum.zero_()
-                window_steps, window_tokens, window_start = 0, 0, time.perf_counter()
-
-            finishing = step == config.train.steps
-            if step % config.train.eval_every == 0 or finishing:
-                final = evaluate(model, task, data.held_out)
-                val_record = {**final, "lr": scheduler.get_last_lr()[0], "tokens_per_s": tokens_per_s}
-                _report(loggers, "metrics", step, "val", val_record)
-                predictions = _predictions_markdown(model, task, data)
-                if predictions:
-                    _report(loggers, "text", step, "predictions", predictions)
-                score = (final["seq_acc"], -final["loss"])
-                if best_score is None or score > tuple(best_score):
-                    best_score, best = list(score), {**final, "step": step}
-                    checkpoint("best", step)
-                stop_at = config.train.stop_at_accuracy
-                finishing = finishing or (stop_at is not None and final["seq_acc"] >= stop_at)
-            if step % config.log.attention_every == 0 or finishing:
-                for sample, text, target in _attention_samples(task, data):
-                    _report(loggers, "attention", step, sample, attention_report(model, task, text, target))
-                model.train()
-            if step % config.train.checkpoint_every == 0 or finishing:
-                checkpoint("last", step)
-            for logger in loggers:
-                logger.step(step)
-            if finishing:
-                break
-            if stop_requested():  # Ctrl-C: save at this step boundary and leave
-                checkpoint("last", step)
-                interrupted = True
-                break
-
-    if state is not None and step == start_step:  # resumed a finished run: nothing to do
-        final = dict(best)
-    summary = {**{f"final_{key}": value for key, value in final.items()}, "best_seq_acc": best.get("seq_acc", 0.0)}
-    for logger in loggers:
-        logger.finish(step, config, summary)
-    return TrainResult(run_dir, step, interrupted, final, best)
+    def _report(self, method: str, *args) -> None:
+        for logger in self.loggers:
+            getattr(logger, method)(*args)
 
 
-def _report(loggers: Sequence[Logger], method: str, *args) -> None:
-    for logger in loggers:
-        getattr(logger, method)(*args)
+class _ThroughputWindow:
+    """Training metrics averaged over the steps since the last log. The loss sum stays on
+    the device until it is logged, so a step never waits for it."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.loss_sum = torch.zeros((), device=device)
+        self.steps, self.tokens, self.start = 0, 0, time.perf_counter()
+        self.tokens_per_s = 0.0  # of the latest closed window
+
+    def count_tokens(self, n: int) -> None:
+        self.tokens += n
+
+    def add_loss(self, loss: torch.Tensor) -> None:
+        self.loss_sum += loss
+        self.steps += 1
+
+    def summary(self, logits, labels, grad_norm, lr: float) -> dict[str, float]:
+        """The window's metrics (token/seq accuracy from its last batch); starts a new window."""
+        self.tokens_per_s = self.tokens / max(time.perf_counter() - self.start, 1e-9)
+        values = {"loss": float(self.loss_sum) / max(self.steps, 1), **_batch_accuracy(logits, labels), "lr": lr,
+                  "tokens_per_s": self.tokens_per_s}  # fmt: skip
+        if grad_norm is not None:
+            values["grad_norm"] = float(grad_norm)
+        self.loss_sum.zero_()
+        self.steps, self.tokens, self.start = 0, 0, time.perf_counter()
+        return values
+
+
+def _autocast(device: torch.device):
+    """bf16 matmuls on CUDA (same exponent range as fp32: no loss scaling needed); fp32 elsewhere."""
+    if device.type == "cuda":
+        return torch.autocast("cuda", dtype=torch.bfloat16)
+    return contextlib.nullcontext()
 
 
 def _batch_accuracy(logits: torch.Tensor, labels: torch.Tensor) -> dict[str, float]:

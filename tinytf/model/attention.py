@@ -15,6 +15,7 @@ Shape legend (used in every comment below):
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -54,6 +55,19 @@ def scaled_dot_product_attention(
     return output, weights
 
 
+@dataclass
+class KeyValueCache:
+    """The keys and values one attention module has computed so far. During generation a
+    new token's query attends to them instead of recomputing the whole prefix."""
+
+    keys: torch.Tensor | None = None  # (B, H, T_past, D_h)
+    values: torch.Tensor | None = None  # (B, H, T_past, D_h)
+
+    @property
+    def length(self) -> int:
+        return 0 if self.keys is None else self.keys.size(2)
+
+
 class MultiHeadAttention(nn.Module):
     """Multi-head attention, for self-attention (keys from `x`) and cross-attention
     (keys from `context`, e.g. the encoder's output).
@@ -82,18 +96,37 @@ class MultiHeadAttention(nn.Module):
         is_causal: bool = False,
         rope: RotaryPositions | None = None,
         need_weights: bool = False,
+        cache: KeyValueCache | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """x: (B, T_q, D) queries; context: (B, T_k, D) keys/values, or None for self-attention.
 
         Returns the output (B, T_q, D) and, if `need_weights`, the per-head attention
         weights (B, H, T_q, T_k); otherwise None, and PyTorch's fused kernel is used.
+        With a `cache`, self-attention appends this call's keys and values to it (x holds
+        only the new positions) and cross-attention computes the context's once.
         """
         if is_causal and attn_bias is not None:
             raise ValueError("pass either is_causal or an attn_bias that already holds the causal mask, not both")
-        q, k, v = self._project(x, context)  # each (B, T, D)
-        q, k, v = (self._split_heads(t) for t in (q, k, v))  # each (B, H, T, D_h)
+        cached_context = cache is not None and context is not None and cache.keys is not None
+        q, k, v = self._project(x, None if cached_context else context, queries_only=cached_context)
+        q = self._split_heads(q)  # (B, T_q, D) -> (B, H, T_q, D_h)
+        if cached_context:
+            k, v = cache.keys, cache.values  # the context does not change between steps
+        else:
+            k, v = self._split_heads(k), self._split_heads(v)  # each (B, H, T_k, D_h)
+        past = cache.length if cache is not None and context is None else 0  # positions already cached
         if rope is not None:
-            q, k = rope.rotate(q), rope.rotate(k)
+            q, k = rope.rotate(q, start=past), rope.rotate(k, start=past)
+        if cache is not None and not cached_context:
+            if past:
+                k = torch.cat([cache.keys, k], dim=2)  # (B, H, T_past + T_q, D_h)
+                v = torch.cat([cache.values, v], dim=2)
+            cache.keys, cache.values = k, v
+        if is_causal and past:
+            # The new queries are the last T_q positions; one query alone may see everything.
+            is_causal = False
+            if q.size(2) > 1:
+                attn_bias = bias_from_allowed(causal_mask(q.size(2), k.size(2), q.device), q.dtype)
         dropout = self.dropout if self.training else 0.0
 
         if need_weights:
@@ -109,12 +142,17 @@ class MultiHeadAttention(nn.Module):
         concat = heads.transpose(1, 2).reshape(batch, query_len, -1)  # (B, H, T_q, D_h) -> (B, T_q, H*D_h = D)
         return self.out_proj(concat), weights  # (B, T_q, D)
 
-    def _project(self, x: torch.Tensor, context: torch.Tensor | None) -> tuple[torch.Tensor, ...]:
-        if context is None:  # self-attention: Q, K and V all from x, one matmul
+    def _project(
+        self, x: torch.Tensor, context: torch.Tensor | None, queries_only: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor | None]:
+        """Q, K, V (each (B, T, D)): all three from x, or Q from x and K, V from context."""
+        if context is None and not queries_only:  # self-attention: one matmul for all three
             return self.qkv_proj(x).chunk(3, dim=-1)  # (B, T, 3D) -> 3 x (B, T, D)
         d_model = x.size(-1)
         w, b = self.qkv_proj.weight, self.qkv_proj.bias
         q = F.linear(x, w[:d_model], None if b is None else b[:d_model])  # (B, T_q, D)
+        if queries_only:
+            return q, None, None
         kv = F.linear(context, w[d_model:], None if b is None else b[d_model:])  # (B, T_k, 2D)
         return (q, *kv.chunk(2, dim=-1))
 

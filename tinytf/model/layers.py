@@ -9,11 +9,13 @@ a parameter of the stack, not a different class.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tinytf.model.attention import MultiHeadAttention
+from tinytf.model.attention import KeyValueCache, MultiHeadAttention
 from tinytf.model.positional import RotaryPositions
 
 ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu}
@@ -57,6 +59,14 @@ class Residual(nn.Module):
         return x if self.pre_norm else self.norm(x)
 
 
+@dataclass
+class LayerCache:
+    """What one layer keeps between generation steps: its attentions' keys and values."""
+
+    self_attn: KeyValueCache = field(default_factory=KeyValueCache)
+    cross_attn: KeyValueCache = field(default_factory=KeyValueCache)
+
+
 class TransformerLayer(nn.Module):
     """Self-attention, then (if `cross_attention`) attention over a context, then the FFN;
     each wrapped in a residual connection with LayerNorm."""
@@ -88,6 +98,7 @@ class TransformerLayer(nn.Module):
         context_bias: torch.Tensor | None = None,
         rope: RotaryPositions | None = None,
         need_weights: bool = False,
+        cache: LayerCache | None = None,
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """x: (B, T_q, D); context: (B, T_k, D) encoder output for cross-attention.
 
@@ -95,11 +106,13 @@ class TransformerLayer(nn.Module):
         "cross": (B, H, T_q, T_k)} -- the weights of each attention in this layer.
         """
         weights: dict[str, torch.Tensor] = {}
+        self_cache, cross_cache = (cache.self_attn, cache.cross_attn) if cache is not None else (None, None)
 
         h = self.self_attn_residual.sublayer_input(x)
         attended, weights["self"] = self.self_attn(
-            h, attn_bias=self_bias, is_causal=causal and self_bias is None, rope=rope, need_weights=need_weights
-        )
+            h, attn_bias=self_bias, is_causal=causal and self_bias is None, rope=rope, need_weights=need_weights,
+            cache=self_cache,
+        )  # fmt: skip
         x = self.self_attn_residual.add(x, attended)
 
         if self.cross_attn is not None:
@@ -108,7 +121,9 @@ class TransformerLayer(nn.Module):
             h = self.cross_attn_residual.sublayer_input(x)
             # Queries from the decoder, keys and values from the encoder; no rotation:
             # positions in two different sequences are not comparable.
-            attended, weights["cross"] = self.cross_attn(h, context, attn_bias=context_bias, need_weights=need_weights)
+            attended, weights["cross"] = self.cross_attn(
+                h, context, attn_bias=context_bias, need_weights=need_weights, cache=cross_cache
+            )
             x = self.cross_attn_residual.add(x, attended)
 
         x = self.ffn_residual.add(x, self.ffn(self.ffn_residual.sublayer_input(x)))
@@ -148,10 +163,13 @@ class TransformerStack(nn.Module):
         context_bias: torch.Tensor | None = None,
         rope: RotaryPositions | None = None,
         need_weights: bool = False,
+        cache: list[LayerCache] | None = None,
     ) -> tuple[torch.Tensor, list[dict[str, torch.Tensor]]]:
-        """x: (B, T, D) -> (B, T, D), plus each layer's attention weights (see TransformerLayer)."""
+        """x: (B, T, D) -> (B, T, D), plus each layer's attention weights (see TransformerLayer).
+        With a `cache` (one LayerCache per layer), x holds only the positions not yet cached."""
         per_layer = []
-        for layer in self.layers:
-            x, weights = layer(x, self_bias, self.causal, context, context_bias, rope, need_weights)
+        for index, layer in enumerate(self.layers):
+            layer_cache = cache[index] if cache is not None else None
+            x, weights = layer(x, self_bias, self.causal, context, context_bias, rope, need_weights, layer_cache)
             per_layer.append(weights)
         return self.final_norm(x), per_layer

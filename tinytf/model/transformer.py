@@ -28,7 +28,7 @@ import torch
 from torch import nn
 
 from tinytf.config import ModelConfig
-from tinytf.model.layers import TransformerStack
+from tinytf.model.layers import LayerCache, TransformerStack
 from tinytf.model.masks import attention_bias
 from tinytf.model.positional import POSITIONAL_ENCODINGS, RotaryPositions
 
@@ -69,13 +69,13 @@ class Transformer(nn.Module):
     def rope(self) -> RotaryPositions | None:
         return self.positions if isinstance(self.positions, RotaryPositions) else None
 
-    def embed(self, tokens: torch.Tensor) -> torch.Tensor:
-        """Token ids (B, T) -> embeddings with positions (B, T, D)."""
-        length = tokens.size(1)
-        if length > self.config.max_len:
-            raise ValueError(f"sequence of length {length} is longer than model.max_len={self.config.max_len}")
+    def embed(self, tokens: torch.Tensor, start: int = 0) -> torch.Tensor:
+        """Token ids (B, T) at positions start..start+T-1 -> embeddings with positions (B, T, D)."""
+        end = start + tokens.size(1)
+        if end > self.config.max_len:
+            raise ValueError(f"sequence of length {end} is longer than model.max_len={self.config.max_len}")
         x = self.token_embedding(tokens) * math.sqrt(self.config.d_model)  # (B, T, D)
-        return self.embedding_dropout(self.positions(x))
+        return self.embedding_dropout(self.positions(x, start))
 
     def encode(
         self, source: torch.Tensor, source_pad_mask: torch.Tensor | None = None, need_weights: bool = False
@@ -85,6 +85,38 @@ class Transformer(nn.Module):
             raise ValueError(f"arch={self.config.arch} has no encoder")
         bias = attention_bias(source_pad_mask, source.size(1), causal=False)  # (B, 1, S, S) or None
         return self.encoder(self.embed(source), bias, rope=self.rope, need_weights=need_weights)
+
+    def decode(
+        self,
+        tokens: torch.Tensor,
+        context: torch.Tensor | None = None,
+        context_pad_mask: torch.Tensor | None = None,
+        pad_mask: torch.Tensor | None = None,
+        cache: list[LayerCache] | None = None,
+        need_weights: bool = False,
+    ) -> tuple[torch.Tensor, list[dict[str, torch.Tensor]]]:
+        """Run the causal decoder stack: ids (B, T) -> logits (B, T, V), and its weights.
+
+        context: the encoded source (B, S, D) that cross-attention reads (encoder-decoder).
+        cache: from `new_cache()`; `tokens` then holds only the positions after those
+        already cached, and the keys and values of all of them are kept for the next call.
+        """
+        if self.decoder is None:
+            raise ValueError(f"arch={self.config.arch} has no decoder")
+        if cache is not None and pad_mask is not None:
+            raise ValueError("a cache holds unpadded prefixes: generate sequences of equal length together")
+        start = cache[0].self_attn.length if cache else 0
+        self_bias = attention_bias(pad_mask, tokens.size(1), causal=True)  # (B, 1, T, T) or None
+        # Every decoder query may look at every non-PAD source position.
+        context_bias = attention_bias(context_pad_mask, tokens.size(1), causal=False)  # (B, 1, T, S) or None
+        hidden, weights = self.decoder(
+            self.embed(tokens, start), self_bias, context, context_bias, self.rope, need_weights, cache
+        )
+        return self.lm_head(hidden), weights  # (B, T, D) -> (B, T, V)
+
+    def new_cache(self) -> list[LayerCache]:
+        """An empty key/value cache for `decode`, one entry per decoder layer."""
+        return [LayerCache() for _ in self.decoder.layers]
 
     def forward(
         self,
@@ -110,20 +142,16 @@ class Transformer(nn.Module):
         if self.decoder is None:  # encoder-only: a bidirectional stack over `tokens`
             hidden, encoder_weights = self.encode(tokens, pad_mask, return_attention)
             attention.update(_name_weights("encoder", encoder_weights))
+            logits = self.lm_head(hidden)  # (B, T, D) -> (B, T, V)
         else:
-            context = context_bias = None
+            context = None
             if is_seq2seq:
                 context, encoder_weights = self.encode(source, source_pad_mask, return_attention)
                 attention.update(_name_weights("encoder", encoder_weights))
-                # Every decoder query may look at every non-PAD source position.
-                context_bias = attention_bias(source_pad_mask, tokens.size(1), causal=False)  # (B, 1, T, S)
-            self_bias = attention_bias(pad_mask, tokens.size(1), causal=True)  # (B, 1, T, T) or None
-            hidden, decoder_weights = self.decoder(
-                self.embed(tokens), self_bias, context, context_bias, self.rope, return_attention
+            logits, decoder_weights = self.decode(
+                tokens, context, source_pad_mask, pad_mask, need_weights=return_attention
             )
             attention.update(_name_weights("decoder", decoder_weights))
-
-        logits = self.lm_head(hidden)  # (B, T, D) -> (B, T, V)
         return (logits, attention) if return_attention else logits
 
 
