@@ -202,3 +202,23 @@ def test_ctrl_c_saves_and_prints_the_resume_command(tmp_path):
     (run_dir,) = (tmp_path / "runs").iterdir()
     assert f"resume with: tinytf train --resume {run_dir}" in stderr
     assert load_checkpoint(checkpoint_path(run_dir, "last"))["step"] >= 10
+
+
+def test_resume_with_a_changed_model_is_refused_and_changes_nothing(trained):
+    _, run_dir = trained
+    config_before = (run_dir / "config.yaml").read_text()
+    result = invoke("train", "--resume", run_dir, "--set", "model.d_model=32")
+    assert_user_error(result, "does not fit this config")
+    assert (run_dir / "config.yaml").read_text() == config_before
+
+
+def test_resuming_a_finished_run_trains_on_only_when_asked(trained):
+    _, run_dir = trained
+    steps_before = load_checkpoint(checkpoint_path(run_dir, "last"))["step"]
+    again = invoke("train", "--resume", run_dir)
+    assert again.exit_code == 0, again.output
+    assert load_checkpoint(checkpoint_path(run_dir, "last"))["step"] == steps_before
+
+
+def test_board_needs_a_runs_folder(tmp_path):
+    assert_user_error(invoke("board", "--runs-dir", tmp_path / "nothing"), "no such folder")

@@ -55,7 +55,8 @@ CheckpointOption = Annotated[
 
 
 def user_errors_exit_2(command: Command) -> Command:
-    """Turn a `UserError` into `error: <message>` on stderr and exit code 2, no traceback."""
+    """Turn a `UserError` into `error: <message>` on stderr and exit code 2, and Ctrl-C
+    into exit code 130; never a traceback for either."""
 
     @functools.wraps(command)
     def wrapper(*args: object, **kwargs: object) -> object:
@@ -64,6 +65,9 @@ def user_errors_exit_2(command: Command) -> Command:
         except UserError as err:
             typer.echo(f"error: {err}", err=True)
             raise typer.Exit(code=2) from None
+        except KeyboardInterrupt:
+            typer.echo("interrupted", err=True)
+            raise typer.Exit(code=EXIT_INTERRUPTED) from None
 
     return wrapper  # type: ignore[return-value]
 
@@ -93,7 +97,7 @@ def train(
     Example: tinytf train configs/quickstart.yaml --set train.steps=500
     """
     from tinytf.loggers import ProgressBarLogger
-    from tinytf.runs import CONFIG_FILE, resolve_run
+    from tinytf.runs import CONFIG_FILE, checkpoint_path, resolve_run
     from tinytf.training import train as run_training
 
     overrides = list(overrides or [])
@@ -115,8 +119,11 @@ def train(
     result = run_training(resolved, runs_dir=runs_dir, name=name or "run", resume=resume,
                           loggers=[ProgressBarLogger(resolved.train.steps)])  # fmt: skip
     if result.interrupted:
-        typer.echo(f"interrupted at step {result.step}; checkpoint saved in {result.run_dir}", err=True)
-        typer.echo(f"resume with: tinytf train --resume {result.run_dir}", err=True)
+        if checkpoint_path(result.run_dir, "last").exists():
+            typer.echo(f"interrupted at step {result.step}; checkpoint saved in {result.run_dir}", err=True)
+            typer.echo(f"resume with: tinytf train --resume {result.run_dir}", err=True)
+        else:
+            typer.echo(f"interrupted before the first checkpoint; nothing to resume in {result.run_dir}", err=True)
         raise typer.Exit(code=EXIT_INTERRUPTED)
     best = result.best
     typer.echo(f"run: {result.run_dir}")

@@ -31,7 +31,7 @@ import torch
 from torch import nn
 
 from tinytf.attend import attention_report
-from tinytf.checkpoint import load_checkpoint, save_checkpoint
+from tinytf.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from tinytf.config import Config, save_config
 from tinytf.data import IGNORE, TaskData, frame
 from tinytf.errors import UserError
@@ -120,6 +120,7 @@ class Trainer:
             self.optimizer, lambda step: learning_rate_factor(step, config.train.warmup_steps, config.train.steps)
         )
         self.step = 0
+        self.saved_step = 0  # the step of checkpoints/last.pt
         self.best_score: list[float] | None = None  # (seq_acc, -loss) of checkpoints/best.pt
         self.best: dict[str, float] = {}
         self.final: dict[str, float] = {}
@@ -139,6 +140,23 @@ class Trainer:
         window = _ThroughputWindow(self.device)
         interrupted = False
         self.model.train()
+        try:
+            self._loop(step_model, window)
+        except _Interrupted:
+            interrupted = True
+        except KeyboardInterrupt:  # a second Ctrl-C: stop now; last.pt keeps the last whole state
+            interrupted = True
+            self.step = self.saved_step
+
+        if self.step == start_step and not interrupted:  # resumed a run that had already finished
+            self.final = {k: v for k, v in self.best.items() if k != "step"}
+        summary = {f"final_{key}": value for key, value in self.final.items()}
+        self._report("finish", self.step, config, {**summary, "best_seq_acc": self.best.get("seq_acc", 0.0)})
+        return TrainResult(self.run_dir, self.step, interrupted, self.final, self.best)
+
+    def _loop(self, step_model: nn.Module, window: _ThroughputWindow) -> None:
+        """Train until train.steps, an early stop, or Ctrl-C (raises _Interrupted once saved)."""
+        config = self.config
         with _stop_on_sigint() as stop_requested:
             while self.step < config.train.steps:
                 logits, labels, grad_norm = self._train_step(step_model, window)
@@ -155,17 +173,10 @@ class Trainer:
                     self._checkpoint("last")
                 self._report("step", step)
                 if finishing:
-                    break
+                    return
                 if stop_requested():  # Ctrl-C: save at this step boundary and leave
                     self._checkpoint("last")
-                    interrupted = True
-                    break
-
-        if self.step == start_step:  # resumed a run that had already finished
-            self.final = {k: v for k, v in self.best.items() if k != "step"}
-        summary = {f"final_{key}": value for key, value in self.final.items()}
-        self._report("finish", self.step, config, {**summary, "best_seq_acc": self.best.get("seq_acc", 0.0)})
-        return TrainResult(self.run_dir, self.step, interrupted, self.final, self.best)
+                    raise _Interrupted
 
     def _train_step(self, step_model: nn.Module, window: _ThroughputWindow):
         """One optimisation step; returns its logits, labels and gradient norm (for logging)."""
@@ -213,18 +224,31 @@ class Trainer:
             "scheduler": self.scheduler.state_dict(), "best_score": self.best_score, "best": self.best,
             "rng": {"torch": torch.get_rng_state(), "data": self.data.state_dict()["generator"]},
         }, checkpoint_path(self.run_dir, which))  # fmt: skip
+        if which == "last":
+            self.saved_step = self.step
 
     def _restore(self, state: dict) -> None:
-        self.model.load_state_dict(state["model"])
-        self.optimizer.load_state_dict(state["optimizer"])
+        try:
+            self.model.load_state_dict(state["model"])
+            self.optimizer.load_state_dict(state["optimizer"])
+        except (RuntimeError, ValueError, KeyError) as err:
+            first_line = str(err).strip().splitlines()[0]
+            raise CheckpointError(
+                f"the run's last checkpoint does not fit this config (did --set change the model?): {first_line}"
+            ) from None
         self.scheduler.load_state_dict(state["scheduler"])
         torch.set_rng_state(state["rng"]["torch"])
         self.data.load_state_dict({"generator": state["rng"]["data"]})
         self.step, self.best_score, self.best = state["step"], state["best_score"], state["best"]
+        self.saved_step = self.step
 
     def _report(self, method: str, *args) -> None:
         for logger in self.loggers:
             getattr(logger, method)(*args)
+
+
+class _Interrupted(Exception):
+    """Ctrl-C was pressed and the state saved: unwind the loop."""
 
 
 class _ThroughputWindow:
