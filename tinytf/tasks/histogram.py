@@ -1,6 +1,13 @@
 """histogram and double-histogram: counting tasks from "Thinking Like Transformers"
-(Weiss et al., 2021). Outputs are counts, written as the tokens "1", "2", ..."""
+(Weiss et al., 2021). Outputs are counts, written as the tokens "1", "2", ...
 
+The input symbols are letters ("a", "b", ...), not digits, so that a count can never be
+mistaken for a symbol: a decoder reads its own answers back, and a head looking for
+"the other copies of symbol 2" must not find the count 2.
+"""
+
+import itertools
+import string
 from functools import cached_property
 
 import torch
@@ -15,9 +22,22 @@ def token_counts(symbols: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
     return (same & valid.unsqueeze(1)).sum(2)  # count the valid j
 
 
+def letter_names(n: int) -> list[str]:
+    """a, b, ..., z, then aa, ab, ...: n distinct lowercase names."""
+    names: list[str] = []
+    for length in itertools.count(1):
+        names += ["".join(letters) for letters in itertools.product(string.ascii_lowercase, repeat=length)]
+        if len(names) >= n:
+            return names[:n]
+    raise AssertionError("unreachable")
+
+
 class Histogram(SymbolTask):
     name = "histogram"
-    description = "per position, how often its symbol occurs in the input: 3 1 3 2 -> 2 1 2 1"
+    description = "per position, how often its symbol occurs in the input: c a c b -> 2 1 2 1"
+
+    def symbols(self) -> list[str]:
+        return letter_names(self.config.vocab_size)
 
     @cached_property
     def count_id(self) -> torch.Tensor:
