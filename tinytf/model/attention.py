@@ -47,11 +47,13 @@ def scaled_dot_product_attention(
     # so the softmax does not saturate into a one-hot with vanishing gradients.
     scores = q @ k.transpose(-2, -1) / math.sqrt(d_k)  # (..., T_q, D_h) @ (..., D_h, T_k) -> (..., T_q, T_k)
     if is_causal:
-        scores = scores + bias_from_allowed(causal_mask(q.size(-2), k.size(-2), q.device), scores.dtype)
+        future = ~causal_mask(q.size(-2), k.size(-2), q.device)  # (T_q, T_k)
+        scores = scores.masked_fill(future, torch.finfo(scores.dtype).min)
     if attn_bias is not None:
         scores = scores + attn_bias
     weights = torch.softmax(scores, dim=-1)  # (..., T_q, T_k), each row sums to 1
-    output = F.dropout(weights, p=dropout) @ v  # (..., T_q, T_k) @ (..., T_k, D_h) -> (..., T_q, D_h)
+    attended = F.dropout(weights, p=dropout) if dropout > 0 else weights
+    output = attended @ v  # (..., T_q, T_k) @ (..., T_k, D_h) -> (..., T_q, D_h)
     return output, weights
 
 
