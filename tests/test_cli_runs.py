@@ -222,3 +222,13 @@ def test_resuming_a_finished_run_trains_on_only_when_asked(trained):
 
 def test_board_needs_a_runs_folder(tmp_path):
     assert_user_error(invoke("board", "--runs-dir", tmp_path / "nothing"), "no such folder")
+
+
+def test_unwritable_places_are_one_line_errors(trained, tmp_path):
+    runs, _ = trained
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    assert_user_error(invoke("attend", "1 2", "--runs-dir", runs, "--format", "npz", "--out", blocker / "x.npz"),
+                      "cannot write")  # fmt: skip
+    assert_user_error(invoke("train", write_config(tmp_path, TINY), "--runs-dir", blocker / "runs"),
+                      "cannot create a run folder")  # fmt: skip

@@ -190,14 +190,17 @@ def attend(
         typer.echo(report.to_json())
         return
     path = out or _fresh_path(Path(f"attention.{output_format.value}"))
-    if output_format is AttendFormat.json:
-        path.write_text(report.to_json(), encoding="utf-8")
-    elif output_format is AttendFormat.npz:
-        report.save_npz(path)
-    else:
-        from tinytf.viz import report_figure, save_figure
+    try:
+        if output_format is AttendFormat.json:
+            path.write_text(report.to_json(), encoding="utf-8")
+        elif output_format is AttendFormat.npz:
+            report.save_npz(path)
+        else:
+            from tinytf.viz import report_figure, save_figure
 
-        save_figure(report_figure(report), path)
+            save_figure(report_figure(report), path)
+    except OSError as err:
+        raise UserError(f"{path}: cannot write ({err.strerror or err})") from None
     typer.echo(f"wrote {path}")
 
 

@@ -36,16 +36,19 @@ METRICS_FILE = "metrics.jsonl"
 def create_run_dir(runs_dir: str | Path, name: str) -> Path:
     """Make a fresh, empty run folder `<runs_dir>/<name>-<timestamp>[-N]`."""
     runs_dir = Path(runs_dir)
-    runs_dir.mkdir(parents=True, exist_ok=True)
     stem = f"{name}-{dt.datetime.now().strftime('%Y%m%d-%H%M%S')}"
-    for attempt in range(1, 1000):
-        run_dir = runs_dir / (stem if attempt == 1 else f"{stem}-{attempt}")
-        try:
-            run_dir.mkdir()  # fails if it exists: two runs can never share a folder
-        except FileExistsError:
-            continue
-        (run_dir / CHECKPOINTS).mkdir()
-        return run_dir
+    try:
+        runs_dir.mkdir(parents=True, exist_ok=True)
+        for attempt in range(1, 1000):
+            run_dir = runs_dir / (stem if attempt == 1 else f"{stem}-{attempt}")
+            try:
+                run_dir.mkdir()  # fails if it exists: two runs can never share a folder
+            except FileExistsError:
+                continue
+            (run_dir / CHECKPOINTS).mkdir()
+            return run_dir
+    except OSError as err:
+        raise UserError(f"{runs_dir}: cannot create a run folder ({err.strerror or err})") from None
     raise UserError(f"{runs_dir}: cannot find a free run folder name for {stem!r}")
 
 
