@@ -197,3 +197,16 @@ def test_unavailable_device_is_a_user_error():
         with pytest.raises(UserError, match="no cuda device"):
             select_device("cuda")
     assert select_device("cpu").type == "cpu"
+
+
+def test_compiled_and_eager_training_give_the_same_losses(tmp_path):
+    """train.compile: true runs the step through torch.compile; the numbers must not change.
+    (Without dropout: compiled code draws its dropout masks from a different random stream.)"""
+    no_dropout = {"dropout": 0.0}
+    eager = train(tiny_config(model=no_dropout, train={"steps": 6, "eval_every": 100}, log={"every": 1}),
+                  runs_dir=tmp_path / "a")  # fmt: skip
+    compiled = train(tiny_config(model=no_dropout, train={"steps": 6, "eval_every": 100, "compile": True},
+                                 log={"every": 1}), runs_dir=tmp_path / "b")  # fmt: skip
+    losses = [[r["loss"] for r in read_metrics(run.run_dir) if r["split"] == "train"] for run in (eager, compiled)]
+    assert len(losses[0]) == 6
+    assert losses[1] == pytest.approx(losses[0], abs=1e-4)
