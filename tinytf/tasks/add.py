@@ -18,17 +18,15 @@ DIGITS = [str(d) for d in range(10)]
 PLUS = "+"
 
 
-def digit_count(x: torch.Tensor) -> torch.Tensor:
-    """(N,) non-negative ints -> (N,) number of decimal digits (0 has one)."""
-    count = torch.ones_like(x)
-    for power in range(1, 19):
-        count += (x >= 10**power).long()
-    return count
+def digit_count(x: torch.Tensor, max_digits: int) -> torch.Tensor:
+    """(N,) ints below 10**max_digits -> (N,) number of decimal digits (0 has one)."""
+    powers = 10 ** torch.arange(1, max_digits)  # (max_digits - 1,): 10, 100, ...
+    return 1 + (x.unsqueeze(1) >= powers).sum(1)  # one more digit per power reached
 
 
 def digits_msd_first(x: torch.Tensor, width: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(N,) ints -> (N, width) digits, most significant first and left-aligned, and counts (N,)."""
-    count = digit_count(x)
+    count = digit_count(x, width)
     powers = 10 ** torch.arange(width)  # (width,): 1, 10, 100, ...
     lsd_first = (x.unsqueeze(1) // powers) % 10  # (N, width): digit k is the 10^k digit
     position = torch.arange(width).unsqueeze(0)  # (1, width)
