@@ -20,7 +20,7 @@ from torch import nn
 
 from tinytf.data import IGNORE, Batch, frame
 from tinytf.errors import UserError
-from tinytf.evaluate import greedy_answers
+from tinytf.evaluate import added_tokens, check_length, encode_input, greedy_answers
 from tinytf.tasks.base import Pairs, Task
 
 
@@ -88,14 +88,6 @@ class AttentionReport:
             np.savez(file, **arrays)
 
 
-def encode_input(task: Task, text: str, what: str = "input") -> list[int]:
-    """Typed text -> ids, with clear errors for empty input and unknown tokens."""
-    ids = task.vocab.encode(text)
-    if not ids:
-        raise UserError(f"the {what} is empty")
-    return ids
-
-
 def input_batch(model: nn.Module, task: Task, text: str, target: str | None = None) -> tuple[Batch, list[int] | None]:
     """The model input for typed `text`: framed as in training, with `target` as the
     answer, or else the model's own greedy answer. Returns the batch of one and the answer."""
@@ -103,18 +95,17 @@ def input_batch(model: nn.Module, task: Task, text: str, target: str | None = No
     source = encode_input(task, text)
     if task.language_model:
         ids = [vocab.bos_id, *source] if task.starts_with_bos else source
-        _check_length(len(ids), max_len)
+        check_length(len(ids), max_len)
         return Batch(torch.tensor([ids]), torch.full((1, len(ids)), IGNORE)), None
 
-    prompt_len = len(source) + (1 if arch == "decoder" else int(arch == "encoder" and task.config.bos))
-    _check_length(prompt_len, max_len)
+    check_length(len(source) + added_tokens(task, arch), max_len)
     answer = None
     if target is not None and arch != "encoder":
         answer = encode_input(task, target, what="target")
     elif arch != "encoder":
         answer = greedy_answers(model, task, _single_pair(source, []))[0]
     batch = frame(_single_pair(source, answer or []), task, arch)
-    _check_length(batch.tokens.size(1), max_len)
+    check_length(batch.tokens.size(1), max_len)
     return batch, answer
 
 
@@ -142,8 +133,3 @@ def attention_report(model: nn.Module, task: Task, text: str, target: str | None
 def _single_pair(source: list[int], target: list[int]) -> Pairs:
     target_ids = torch.tensor([target]) if target else torch.zeros(1, 0, dtype=torch.long)
     return Pairs(torch.tensor([source]), torch.tensor([len(source)]), target_ids, torch.tensor([len(target)]))
-
-
-def _check_length(length: int, max_len: int) -> None:
-    if length > max_len:
-        raise UserError(f"the input makes {length} tokens; this model reads at most model.max_len={max_len}")

@@ -133,6 +133,28 @@ def generate(
     return answers
 
 
+def encode_input(task: Task, text: str, what: str = "input") -> list[int]:
+    """Typed text -> ids; empty input and unknown tokens are `UserError`s."""
+    ids = task.vocab.encode(text)
+    if not ids:
+        raise UserError(f"the {what} is empty")
+    return ids
+
+
+def check_length(length: int, max_len: int) -> None:
+    """A `UserError` if the model would have to read more than `max_len` tokens."""
+    if length > max_len:
+        raise UserError(f"the input makes {length} tokens; this model reads at most model.max_len={max_len}")
+
+
+def added_tokens(task: Task, arch: str) -> int:
+    """Tokens framing adds to a typed input before the model reads it: a decoder's <sep>
+    after the question, an encoder's optional leading <bos>."""
+    if task.language_model:
+        return 0
+    return 1 if arch == "decoder" else int(arch == "encoder" and task.config.bos)
+
+
 LM_CONTINUATION = 20  # tokens a language model writes after a prompt, at most
 
 
@@ -144,19 +166,12 @@ def predict(model: nn.Module, task: Task, texts: list[str], batch_size: int = 50
     vocab, max_len = task.vocab, model.config.max_len
     sources = []
     for line_number, text in enumerate(texts, start=1):
-        where = f"input {line_number}: " if len(texts) > 1 else ""
         try:
-            ids = vocab.encode(text)
+            ids = encode_input(task, text)
+            prompt = [vocab.bos_id, *ids] if task.starts_with_bos else ids
+            check_length(len(prompt) + added_tokens(task, model.config.arch), max_len)
         except UserError as err:
-            raise UserError(f"{where}{err}") from None
-        if not ids:
-            raise UserError(f"{where}the input is empty")
-        prompt = [vocab.bos_id, *ids] if task.starts_with_bos else ids
-        longest = len(prompt) + (1 if model.config.arch == "decoder" and not task.language_model else 0)
-        if longest > max_len:
-            raise UserError(
-                f"{where}the input makes {longest} tokens; this model reads at most model.max_len={max_len}"
-            )
+            raise UserError(f"input {line_number}: {err}" if len(texts) > 1 else str(err)) from None
         sources.append(prompt if task.language_model else ids)
 
     if task.language_model:

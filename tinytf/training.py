@@ -231,15 +231,15 @@ class Trainer:
         try:
             self.model.load_state_dict(state["model"])
             self.optimizer.load_state_dict(state["optimizer"])
-        except (RuntimeError, ValueError, KeyError) as err:
-            first_line = str(err).strip().splitlines()[0]
+            self.scheduler.load_state_dict(state["scheduler"])
+            torch.set_rng_state(state["rng"]["torch"])
+            self.data.load_state_dict({"generator": state["rng"]["data"]})
+            self.step, self.best_score, self.best = state["step"], state["best_score"], state["best"]
+        except (RuntimeError, ValueError, KeyError, TypeError) as err:
+            first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
             raise CheckpointError(
                 f"the run's last checkpoint does not fit this config (did --set change the model?): {first_line}"
             ) from None
-        self.scheduler.load_state_dict(state["scheduler"])
-        torch.set_rng_state(state["rng"]["torch"])
-        self.data.load_state_dict({"generator": state["rng"]["data"]})
-        self.step, self.best_score, self.best = state["step"], state["best_score"], state["best"]
         self.saved_step = self.step
 
     def _report(self, method: str, *args) -> None:

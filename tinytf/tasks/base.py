@@ -44,6 +44,12 @@ class Pairs:
         )
 
     @staticmethod
+    def without_source(target: torch.Tensor, target_len: torch.Tensor) -> Pairs:
+        """Language-model examples: an empty source (S = 0) and the sequence as target."""
+        n = target.size(0)
+        return Pairs(torch.zeros(n, 0, dtype=torch.long), torch.zeros(n, dtype=torch.long), target, target_len)
+
+    @staticmethod
     def concat(parts: list[Pairs]) -> Pairs:
         def stack(name: str) -> torch.Tensor:
             tensors = [getattr(p, name) for p in parts]
@@ -111,12 +117,17 @@ class Task:
         makes the held-out set and the training stream collide, which sampling avoids."""
         return None
 
-    def metrics(self) -> tuple[str, ...]:
-        return ("loss", "token_acc", "seq_acc")
-
     def render(self, ids: list[int]) -> str:
         """Ids -> text as a person would type it (special tokens left out)."""
         return self.vocab.join([token for token in self.vocab.decode(ids) if token not in SPECIALS])
+
+
+class LanguageModelTask(Task):
+    """Next-token prediction over sequences with no source; a decoder's job only."""
+
+    archs = ("decoder",)
+    language_model = True
+    max_source_len = 0
 
 
 class SymbolTask(Task):

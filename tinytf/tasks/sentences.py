@@ -19,7 +19,7 @@ from functools import cached_property
 import torch
 
 from tinytf.errors import ConfigError
-from tinytf.tasks.base import Pairs, Task
+from tinytf.tasks.base import LanguageModelTask, Pairs
 from tinytf.tasks.vocab import BOS, EOS, PAD_ID, Vocabulary
 
 DETERMINERS = {"sg": ["the", "a", "every", "this"], "pl": ["the", "some", "these", "many"]}
@@ -87,11 +87,9 @@ class Grammar:
         return [self.rng.choice(PREPOSITIONS), *self.noun_phrase(self.rng.choice(["sg", "pl"]), depth)]
 
 
-class Sentences(Task):
+class Sentences(LanguageModelTask):
     name = "sentences"
     description = "next-word prediction on toy English with subject-verb agreement: the cat sat on the mat"
-    archs = ("decoder",)
-    language_model = True
     starts_with_bos = True
     showcase = "the cat sat on the mat"
 
@@ -99,15 +97,8 @@ class Sentences(Task):
         return Vocabulary(all_words(), split="word")
 
     @property
-    def max_source_len(self) -> int:
-        return 0
-
-    @property
     def max_target_len(self) -> int:
         return self.config.max_len + 2  # <bos> words <eos>
-
-    def space_size(self) -> None:
-        return None  # the pool holds POOL_SIZE sentences, far more than any eval set
 
     @cached_property
     def pool(self) -> Pairs:
@@ -131,9 +122,7 @@ class Sentences(Task):
                 f"task.min_len={self.config.min_len}, task.max_len={self.config.max_len}: "
                 "no sentence of the grammar has that many words (they have 3 to about 30)"
             )
-        target, lengths = target[:made], lengths[:made]
-        empty = torch.zeros(made, 0, dtype=torch.long)
-        return Pairs(empty, torch.zeros(made, dtype=torch.long), target, lengths)
+        return Pairs.without_source(target[:made], lengths[:made])
 
     def sample(self, n: int, generator: torch.Generator) -> Pairs:
         return self.pool[torch.randint(0, len(self.pool), (n,), generator=generator)]

@@ -14,17 +14,15 @@ from pathlib import Path
 import torch
 
 from tinytf.errors import ConfigError
-from tinytf.tasks.base import Pairs, Task
+from tinytf.tasks.base import LanguageModelTask, Pairs
 from tinytf.tasks.vocab import Vocabulary
 
 HELD_OUT_FRACTION = 0.1
 
 
-class Text(Task):
+class Text(LanguageModelTask):
     name = "text"
     description = "next-token prediction on a text file of yours (task.path; task.tokenizer: char | word)"
-    archs = ("decoder",)
-    language_model = True
     held_out_is_disjoint = True
 
     @cached_property
@@ -38,6 +36,8 @@ class Text(Task):
             raise ConfigError(f"task.path: {path} is a folder, not a text file") from None
         except UnicodeDecodeError as err:
             raise ConfigError(f"task.path: {path} is not UTF-8 text ({err.reason} at byte {err.start})") from None
+        except OSError as err:
+            raise ConfigError(f"task.path: cannot read {path} ({err.strerror or err})") from None
         return text.split() if self.config.tokenizer == "word" else list(text)
 
     def build_vocab(self) -> Vocabulary:
@@ -56,10 +56,6 @@ class Text(Task):
         return torch.tensor(self.vocab.encode(self.tokens))
 
     @property
-    def max_source_len(self) -> int:
-        return 0
-
-    @property
     def max_target_len(self) -> int:
         return self.config.max_len + 1  # inputs are tokens[:-1], labels tokens[1:]
 
@@ -67,8 +63,7 @@ class Text(Task):
         window = self.max_target_len
         starts = torch.randint(0, len(region) - window + 1, (n,), generator=generator)  # (N,)
         target = region[starts.unsqueeze(1) + torch.arange(window)]  # (N, window)
-        empty = torch.zeros(n, 0, dtype=torch.long)
-        return Pairs(empty, torch.zeros(n, dtype=torch.long), target, torch.full((n,), window))
+        return Pairs.without_source(target, torch.full((n,), window))
 
     @property
     def split_point(self) -> int:

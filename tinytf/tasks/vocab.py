@@ -91,7 +91,11 @@ class Vocabulary:
     @classmethod
     def from_json(cls, text: str) -> Vocabulary:
         data = json.loads(text)
-        if data.get("split") not in ("word", "char") or not isinstance(data.get("tokens"), list):
+        if (
+            not isinstance(data, dict)
+            or data.get("split") not in ("word", "char")
+            or not isinstance(data.get("tokens"), list)
+        ):
             raise ValueError("not a tinytf vocabulary: expected {'split': 'word'|'char', 'tokens': [...]}")
         if tuple(data["tokens"][: len(SPECIALS)]) != SPECIALS:
             raise ValueError(f"not a tinytf vocabulary: the first tokens must be {SPECIALS}")
