@@ -171,6 +171,8 @@ def x_transformers_model(shape: Shape) -> nn.Module | None:
                                                   ff_mult=shape.d_ff / shape.d_model, attn_flash=True))  # fmt: skip
 
 
+FLOOR = "matmuls only"  # not a contender: the floor under every contender's step (see matmuls_only)
+
 CONTENDERS: dict[str, Callable[[Shape], nn.Module | None]] = {
     "tinytf": tinytf_model,
     "torch-encoder": TorchEncoderLM,
@@ -204,6 +206,30 @@ def gemm_peak_flops(rounds: int) -> float:
             times.append((time.perf_counter() - start) / 3)
         best = max(best, 2 * size**3 / statistics.median(times))
     return best
+
+
+def matmuls_only(shape: Shape) -> Callable[[], None]:
+    """Only the matrix products of one training step of this shape, on random data: the
+    floor under any fp32 implementation's step time, whatever it does around them.
+
+    Every linear layer (W_Q W_K W_V fused, W_O, the FFN's two, the output projection):
+    forward X W^T, backward dX = dY W and dW = dY^T X. Every attention: forward Q K^T and
+    P V, backward dP = dO V^T, dV = P^T dO, dQ = dS K, dK = dS^T Q (batched over B x H).
+    """
+    rows, d, head = shape.batch * shape.seq, shape.d_model, shape.d_model // shape.heads
+    linears = [(d, 3 * d), (d, d), (d, shape.d_ff), (shape.d_ff, d)] * shape.layers + [(d, shape.vocab)]
+    operands = [(torch.randn(rows, i), torch.randn(o, i), torch.randn(rows, o)) for i, o in linears]
+    q, k = torch.randn(2, shape.batch * shape.heads, shape.seq, head)
+    p = torch.randn(shape.batch * shape.heads, shape.seq, shape.seq)
+
+    def step() -> None:
+        for x, w, dy in operands:
+            x @ w.T, dy @ w, dy.T @ x
+        for _ in range(shape.layers):
+            q @ k.transpose(1, 2), p @ k  # forward
+            p @ k, p.transpose(1, 2) @ q, p @ k, q @ k.transpose(1, 2)  # backward
+
+    return step
 
 
 def timed(fn: Callable[[], object], repeat: int) -> float:
@@ -246,7 +272,9 @@ def bench_shape(name: str, shape: Shape, rounds: int, repeat: int, peak: float) 
     models = {key: model for key, model in models.items() if model is not None}
 
     steps = {key: training_step(model, tokens, targets) for key, model in models.items()}
+    steps[FLOOR] = matmuls_only(shape)
     step_time = round_robin(steps, rounds, repeat)
+    floor_time = step_time.pop(FLOOR)
 
     ours = models["tinytf"].eval()
     with torch.no_grad():
@@ -265,8 +293,16 @@ def bench_shape(name: str, shape: Shape, rounds: int, repeat: int, peak: float) 
             "mfu": model_flops_per_step(models[key], shape) / seconds / peak,
             "speed_vs_tinytf": step_time["tinytf"] / seconds,
         }
+    rows[FLOOR] = {
+        "step_ms": 1e3 * floor_time, "tokens_per_s": n_tokens / floor_time,
+        "mfu": model_flops_per_step(models["tinytf"], shape) / floor_time / peak,
+        "speed_vs_tinytf": step_time["tinytf"] / floor_time,
+    }  # fmt: skip
     return {
         "shape": name, **shape.__dict__, "train": rows,
+        # The most any implementation could gain over torch-encoder if it did nothing but its matmuls.
+        "ceiling_vs_torch_encoder": step_time["torch-encoder"] / floor_time,
+        "ceiling_vs_textbook": step_time["textbook"] / floor_time,
         "forward_ms": {key: 1e3 * value for key, value in forward_time.items()},
         "return_attention_ratio": forward_time["return_attention"] / forward_time["plain"],
     }  # fmt: skip
@@ -329,6 +365,9 @@ def print_report(peak: float, shapes: list[dict], fixed_ms: float | None, tasks:
         for key, row in result["train"].items():
             print(f"| {key} | {row['step_ms']:.1f} | {row['tokens_per_s']:,.0f} | {row['mfu']:.0%} | "
                   f"{1 / row['speed_vs_tinytf']:.2f}x |")  # fmt: skip
+        print(f"\nThe step's matmuls alone take {result['train'][FLOOR]['step_ms']:.1f} ms: no fp32 implementation "
+              f"can train faster than {result['ceiling_vs_torch_encoder']:.2f}x torch-encoder or "
+              f"{result['ceiling_vs_textbook']:.2f}x textbook at this shape on this machine.")  # fmt: skip
         forward = result["forward_ms"]
         ratio = result["return_attention_ratio"]
         print(f"\nforward: plain {forward['plain']:.2f} ms, return_attention=True "

@@ -50,6 +50,7 @@ def test_overrides_are_parsed_to_the_field_type(tmp_path):
     assert config.model.tie_embeddings is False
     assert config.model.arch == "encoder"
     assert config.seed == 7
+    assert load_config(path, ["train.betas=[0.9, 0.98]"]).train.betas == (0.9, 0.98)
 
 
 def test_scientific_notation_in_yaml_is_a_float():
@@ -121,6 +122,9 @@ ERROR_CASES = {
     "bad override value": ("", ["model.n_heads=many"], ["--set model.n_heads=many", "model.n_heads = 'many'"]),
     "override without '='": ("", ["model.d_model"], ["--set model.d_model", "KEY=VALUE"]),
     "override below a value": ("", ["seed.x=1"], ["--set seed.x=1", "seed is a value"]),
+    "beta out of range": ("train:\n  betas: [0.9, 1.5]\n", [], ["train.betas.1 = 1.5", "less than 1"]),
+    "bad beta from an override": ("", ["train.betas=[0.9,1.0]"], ["--set train.betas=[0.9,1.0]", "train.betas.1"]),
+    "one beta": ("", ["train.betas=0.9"], ["--set train.betas=0.9", "train.betas = 0.9"]),
 }
 
 

@@ -177,6 +177,20 @@ def test_training_stream_never_draws_a_held_out_example():
     assert len(data.held_out) == len(held_out)  # the held-out examples are distinct
 
 
+@pytest.mark.parametrize("name", ["dyck-1", "add"])
+def test_tasks_with_many_held_out_draws_usually_sample_once_per_batch(name, monkeypatch):
+    # A quarter of dyck-1's draws (a tenth of add's) are held-out inputs; drawing a batch
+    # must not take two rounds of sampling each time.
+    data = TaskData(get_task(TaskConfig(name=name)), seed=0, eval_size=1000)
+    calls = []
+    original = data.task.sample
+    monkeypatch.setattr(data.task, "sample", lambda n, generator: calls.append(n) or original(n, generator))
+    for _ in range(100):
+        assert len(data.train_pairs(32)) == 32
+    assert len(calls) <= 105
+    assert 32 < max(calls) < 64  # more than a batch, but not a double draw
+
+
 def test_held_out_set_is_fixed_and_seeded():
     task = get_task(TaskConfig(name="copy"))
     first, again = TaskData(task, 0, 50).held_out, TaskData(task, 0, 50).held_out
@@ -208,11 +222,12 @@ def test_training_stream_state_resumes():
 class CopyOracle(nn.Module):
     """Predicts the right token for the copy task from the tokens it sees (no training)."""
 
-    def __init__(self, task, arch, mistake_at=None):
+    def __init__(self, task, arch, mistake_at=None, mistake_if_first=None):
         super().__init__()
         self.config = config_from_dict({"model": {"arch": arch}}).model
         self.vocab = task.vocab
         self.mistake_at = mistake_at  # answer position where the oracle is wrong
+        self.mistake_if_first = mistake_if_first  # ... only in examples whose first symbol is one of these
         self.anchor = nn.Parameter(torch.zeros(()))
 
     def forward(self, tokens, source=None, pad_mask=None, source_pad_mask=None):
@@ -244,9 +259,10 @@ class CopyOracle(nn.Module):
                 wanted = row[:offset]
             else:
                 wanted, offset = source[b][~source_pad_mask[b]].tolist(), 0
+            wrong = self.mistake_if_first is None or (wanted and wanted[0] in self.mistake_if_first)
             for k, token in enumerate(wanted):
                 if offset + k < length:
-                    answer[b, offset + k] = self.vocab.eos_id if k == self.mistake_at else token
+                    answer[b, offset + k] = self.vocab.eos_id if k == self.mistake_at and wrong else token
         return nn.functional.one_hot(answer, len(self.vocab)).float() * 10 + self.anchor
 
 
@@ -262,3 +278,16 @@ def test_metrics_of_a_perfect_and_a_flawed_model(arch):
     flawed = evaluate(CopyOracle(task, arch, mistake_at=1), task, pairs, batch_size=16)
     assert flawed["seq_acc"] == 0.0  # every example has an answer position 1 (min_len=2)
     assert 0.5 < flawed["token_acc"] < 1.0
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_seq_acc_is_the_exact_match_rate_of_greedy_generation(arch):
+    # evaluate() scores seq_acc teacher-forced; it must equal generating the answers.
+    task = get_task(TaskConfig(name="copy", min_len=2, max_len=6))
+    pairs = task.sample(60, torch.Generator().manual_seed(1))
+    for mistake_at in (0, 1, 5):  # 5: only examples of length 6 are wrong
+        oracle = CopyOracle(task, arch, mistake_at=mistake_at, mistake_if_first=set(task.vocab.encode("0 2 4 6 8")))
+        answers = greedy_answers(oracle, task, pairs)
+        generated = sum(answer == pairs.example(i)[1] for i, answer in enumerate(answers)) / len(pairs)
+        assert 0.0 < generated < 1.0
+        assert evaluate(oracle, task, pairs, batch_size=16)["seq_acc"] == pytest.approx(generated)

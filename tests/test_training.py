@@ -13,8 +13,9 @@ from tinytf.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from tinytf.config import config_from_dict
 from tinytf.errors import UserError
 from tinytf.loggers import Logger
+from tinytf.model import build_model
 from tinytf.runs import checkpoint_path, create_run_dir, load_run, newest_run
-from tinytf.training import learning_rate_factor, select_device, train
+from tinytf.training import learning_rate_factor, make_optimizer, select_device, train
 
 
 def tiny_config(seed=0, **sections):
@@ -66,9 +67,16 @@ def test_a_run_folder_holds_everything(tmp_path):
 def test_tensorboard_events_hold_scalars_and_attention_images(tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    run_dir = train(tiny_config(), runs_dir=tmp_path).run_dir
+    run_dir = train(tiny_config(train={"betas": [0.9, 0.98]}), runs_dir=tmp_path).run_dir
     events = EventAccumulator(str(run_dir), size_guidance={"images": 0, "scalars": 0})
     events.Reload()
+    from tensorboard.plugins.hparams import plugin_data_pb2
+
+    hparams = {}
+    for content in events.PluginTagToContent("hparams").values():
+        session = plugin_data_pb2.HParamsPluginData.FromString(content).session_start_info
+        hparams.update({key: value.string_value or value.number_value for key, value in session.hparams.items()})
+    assert hparams["train.betas"] == "[0.9, 0.98]" and hparams["model.d_model"] == 16
     scalars = set(events.Tags()["scalars"])
     for tag in ("train/loss", "train/token_acc", "train/lr", "train/grad_norm", "train/tokens_per_s",
                 "val/loss", "val/token_acc", "val/seq_acc"):  # fmt: skip
@@ -210,3 +218,12 @@ def test_compiled_and_eager_training_give_the_same_losses(tmp_path):
     losses = [[r["loss"] for r in read_metrics(run.run_dir) if r["split"] == "train"] for run in (eager, compiled)]
     assert len(losses[0]) == 6
     assert losses[1] == pytest.approx(losses[0], abs=1e-4)
+
+
+def test_optimizer_takes_the_configs_betas_and_decays_only_matrices():
+    config = config_from_dict({"train": {"betas": [0.8, 0.98], "weight_decay": 0.1}})
+    optimizer = make_optimizer(build_model(config), config, torch.device("cpu"))
+    decayed, not_decayed = optimizer.param_groups
+    assert decayed["betas"] == not_decayed["betas"] == (0.8, 0.98)
+    assert decayed["weight_decay"] == 0.1 and not_decayed["weight_decay"] == 0.0
+    assert all(p.dim() >= 2 for p in decayed["params"]) and all(p.dim() == 1 for p in not_decayed["params"])

@@ -35,6 +35,7 @@ Int = Annotated[int, Strict()]
 PositiveInt = Annotated[int, Strict(), Field(gt=0)]
 NonNegativeInt = Annotated[int, Strict(), Field(ge=0)]
 Bool = Annotated[bool, Strict()]
+Beta = Annotated[float, Field(ge=0.0, lt=1.0)]
 
 Arch = Literal["encoder", "decoder", "encoder-decoder"]
 Positional = Literal["sinusoidal", "learned", "rope", "none"]
@@ -138,6 +139,9 @@ class TrainConfig(Section):
     lr: Annotated[float, Field(gt=0.0)] = 1e-3
     warmup_steps: NonNegativeInt = 100
     weight_decay: Annotated[float, Field(ge=0.0)] = 0.01
+    # AdamW's moment decay rates (beta1, beta2). A lower beta2 (the Transformer paper's
+    # 0.98) adapts faster to growing gradients and damps loss spikes at high learning rates.
+    betas: tuple[Beta, Beta] = (0.9, 0.999)
     grad_clip: Annotated[float, Field(gt=0.0)] | None = 1.0
     eval_every: PositiveInt = 200
     checkpoint_every: PositiveInt = 500
@@ -297,7 +301,8 @@ def _describe_validation_error(err: ValidationError, source: str, override_sourc
     messages = []
     for error in err.errors():
         loc = tuple(str(part) for part in error["loc"])
-        where = override_sources.get(loc, source)
+        # The override that set this key, or one above it (train.betas for train.betas.1).
+        where = next((override_sources[loc[:n]] for n in range(len(loc), 0, -1) if loc[:n] in override_sources), source)
         messages.append(f"{where}: {_describe_one_error(error, loc)}")
     if len(messages) == 1:
         return messages[0]

@@ -113,11 +113,14 @@ class ProgressBarLogger(Logger):
 
 
 def _flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """{"model": {"d_model": 64}} -> {"model.d_model": 64}; None becomes "none" for TensorBoard."""
+    """{"model": {"d_model": 64}} -> {"model.d_model": 64}. TensorBoard's hparams take only
+    numbers, strings and bools: None becomes "none", a list such as betas "[0.9, 0.98]"."""
     flat: dict[str, Any] = {}
     for key, value in tree.items():
         if isinstance(value, dict):
             flat.update(_flatten(value, f"{prefix}{key}."))
+        elif isinstance(value, list | tuple):
+            flat[f"{prefix}{key}"] = str(list(value))
         else:
             flat[f"{prefix}{key}"] = "none" if value is None else value
     return flat

@@ -84,7 +84,7 @@ def make_optimizer(model: nn.Module, config: Config, device: torch.device) -> to
         (decay if parameter.dim() >= 2 and "positions" not in name else no_decay).append(parameter)
     groups = [{"params": decay, "weight_decay": config.train.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
     # The fused kernel updates every tensor at once: several times faster than the default loop.
-    return torch.optim.AdamW(groups, lr=config.train.lr, fused=device.type in ("cpu", "cuda"))
+    return torch.optim.AdamW(groups, lr=config.train.lr, betas=config.train.betas, fused=device.type in ("cpu", "cuda"))
 
 
 def train(

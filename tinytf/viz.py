@@ -23,12 +23,18 @@ if TYPE_CHECKING:
 SHADES = " ░▒▓█"  # weight 0 .. 1, in five steps
 
 
-def _draw_heatmap(ax, weights: np.ndarray, query_tokens: list[str], key_tokens: list[str], title: str) -> None:
+def _draw_heatmap(
+    ax, weights: np.ndarray, query_tokens: list[str], key_tokens: list[str], title: str, first_in_row: bool
+) -> None:
+    """One head's map; the query tokens are written once per row of maps (they are the
+    same for every head), which also halves the time matplotlib spends on labels."""
     ax.imshow(weights, cmap="Blues", vmin=0.0, vmax=1.0, aspect="auto")
     ax.set_xticks(range(len(key_tokens)), key_tokens, rotation=90, fontsize=7)
-    ax.set_yticks(range(len(query_tokens)), query_tokens, fontsize=7)
+    ax.set_yticks(range(len(query_tokens)), query_tokens if first_in_row else [], fontsize=7)
     ax.set_title(title, fontsize=8)
     ax.set_xlabel("key", fontsize=7)
+    if first_in_row:
+        ax.set_ylabel("query", fontsize=7)
 
 
 def layer_figure(attention: AttentionMap) -> Figure:
@@ -36,13 +42,12 @@ def layer_figure(attention: AttentionMap) -> Figure:
     from matplotlib.figure import Figure  # imported here: matplotlib is slow to import
 
     n_heads = attention.n_heads
-    size = 0.9 + 0.22 * max(len(attention.key_tokens), len(attention.query_tokens))
+    size = 0.9 + 0.15 * max(len(attention.key_tokens), len(attention.query_tokens))
     figure = Figure(figsize=(size * n_heads + 0.6, size + 0.6), layout="constrained")
     axes = figure.subplots(1, n_heads, squeeze=False)[0]
     for head, ax in enumerate(axes):
         _draw_heatmap(ax, attention.weights[head], attention.query_tokens, attention.key_tokens,
-                      f"{attention.name} head {attention.first_head + head}")  # fmt: skip
-    axes[0].set_ylabel("query", fontsize=7)
+                      f"{attention.name} head {attention.first_head + head}", first_in_row=head == 0)  # fmt: skip
     return figure
 
 
@@ -59,11 +64,11 @@ def report_figure(report: AttentionReport) -> Figure:
         for head in range(cols):
             ax = axes[row][head]
             if head < attention.n_heads:
-                _draw_heatmap(ax, attention.weights[head], attention.query_tokens, attention.key_tokens,
-                              f"{attention.name} head {attention.first_head + head}")  # fmt: skip
+                title = f"{attention.name} head {attention.first_head + head}"
+                weights = attention.weights[head]
+                _draw_heatmap(ax, weights, attention.query_tokens, attention.key_tokens, title, first_in_row=head == 0)
             else:
                 ax.axis("off")
-        axes[row][0].set_ylabel("query", fontsize=7)
     return figure
 
 
