@@ -17,6 +17,8 @@ EXPECTED = {
     "copy-encoder-decoder.yaml": 0.99,
     "add-decoder.yaml": 0.99,
     "dyck-1-encoder.yaml": 0.99,
+    "sort-decoder-len20.yaml": 0.99,  # the performance issue's time-to-accuracy pair
+    "reverse-decoder-len20.yaml": 0.99,
 }
 
 
