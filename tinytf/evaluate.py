@@ -13,8 +13,9 @@ only if the teacher-forced argmax is right at every answer position and at the <
 after it. (If every position is right, each greedy step sees the true prefix, so it
 picks the true next token, by induction up to <eos>; if some position is wrong, the
 first wrong one is reached with the true prefix and greedy picks the wrong token.) So
-one teacher-forced forward pass scores the held-out set -- about ten times faster than
-generating the answers. `greedy_answers` generates them when they are to be shown.
+one teacher-forced forward pass scores the held-out set (for sort at length 20, 1,000
+examples: 0.15 s instead of 0.34 s with generation). `greedy_answers` generates the
+answers when they are to be shown.
 """
 
 from __future__ import annotations

@@ -26,8 +26,8 @@ SHADES = " ░▒▓█"  # weight 0 .. 1, in five steps
 def _draw_heatmap(
     ax, weights: np.ndarray, query_tokens: list[str], key_tokens: list[str], title: str, first_in_row: bool
 ) -> None:
-    """One head's map; the query tokens are written once per row of maps (they are the
-    same for every head), which also halves the time matplotlib spends on labels."""
+    """One head's map. The query tokens are written once per row of maps: they are the
+    same for every head (and each label is a few ms of matplotlib's drawing time)."""
     ax.imshow(weights, cmap="Blues", vmin=0.0, vmax=1.0, aspect="auto")
     ax.set_xticks(range(len(key_tokens)), key_tokens, rotation=90, fontsize=7)
     ax.set_yticks(range(len(query_tokens)), query_tokens if first_in_row else [], fontsize=7)
