@@ -56,16 +56,20 @@ class TensorBoardLogger(Logger):
         from torch.utils.tensorboard import SummaryWriter
 
         self.writer = SummaryWriter(log_dir=str(log_dir))
+        self.images = None  # a viz.LayerImages, made at the first attention maps (matplotlib is slow to import)
 
     def metrics(self, step: int, split: str, values: dict[str, float]) -> None:
         for key, value in values.items():
             self.writer.add_scalar(f"{split}/{key}", value, step)
 
     def attention(self, step: int, sample: str, report: AttentionReport) -> None:
-        from tinytf.viz import layer_figure
+        if self.images is None:
+            from tinytf.viz import LayerImages
 
+            self.images = LayerImages()
         for attention_map in report.maps:
-            self.writer.add_figure(f"attention/{sample}/{attention_map.name}", layer_figure(attention_map), step)
+            tag = f"attention/{sample}/{attention_map.name}"
+            self.writer.add_image(tag, self.images.render(tag, attention_map), step, dataformats="HWC")
 
     def text(self, step: int, tag: str, markdown: str) -> None:
         self.writer.add_text(tag, markdown, step)
