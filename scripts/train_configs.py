@@ -70,9 +70,10 @@ def main() -> None:
                 "token_acc": best["token_acc"], "loss": best["loss"],
             }  # fmt: skip
             results.append(row)
-            to_target = "not reached" if clock.seconds is None else f"{clock.seconds:.1f} s"
             if config.train.stop_at_accuracy is None:
                 to_target = "-"
+            else:
+                to_target = "not reached" if clock.seconds is None else f"{clock.seconds:.1f} s"
             print(f"| `{path.name}` | {row['task']} | {row['arch']} | {row['steps']} | {to_target} | {seconds:.0f} s | "
                   f"{row['seq_acc']:.3f} | {row['token_acc']:.3f} | {row['loss']:.3f} |", flush=True)  # fmt: skip
     if args.json:

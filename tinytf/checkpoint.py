@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from tinytf.errors import UserError
+from tinytf.errors import UserError, first_line
 
 FORMAT = "tinytf-checkpoint-1"
 
@@ -52,8 +52,7 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
             warnings.simplefilter("ignore")
             state = torch.load(path, map_location=map_location, weights_only=True)
     except (pickle.UnpicklingError, RuntimeError, EOFError, OSError, ValueError) as err:
-        first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-        raise CheckpointError(f"{path}: not a loadable tinytf checkpoint (refused: {first_line})") from None
+        raise CheckpointError(f"{path}: not a loadable tinytf checkpoint (refused: {first_line(err)})") from None
     if not isinstance(state, dict) or state.get("format") != FORMAT:
         raise CheckpointError(f"{path}: not a tinytf checkpoint (expected format {FORMAT!r})")
     return state

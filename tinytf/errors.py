@@ -12,3 +12,10 @@ class UserError(Exception):
 
 class ConfigError(UserError):
     """An invalid config file, key or value."""
+
+
+def first_line(err: BaseException) -> str:
+    """The first line of an exception's message (or its type, if it has none), for
+    quoting a library's long error inside one line of ours."""
+    message = str(err).strip()
+    return message.splitlines()[0] if message else type(err).__name__

@@ -55,18 +55,16 @@ class TensorBoardLogger(Logger):
     def __init__(self, log_dir: Path) -> None:
         from torch.utils.tensorboard import SummaryWriter
 
+        from tinytf.viz import LayerImages  # matplotlib itself loads only when a figure is drawn
+
         self.writer = SummaryWriter(log_dir=str(log_dir))
-        self.images = None  # a viz.LayerImages, made at the first attention maps (matplotlib is slow to import)
+        self.images = LayerImages()
 
     def metrics(self, step: int, split: str, values: dict[str, float]) -> None:
         for key, value in values.items():
             self.writer.add_scalar(f"{split}/{key}", value, step)
 
     def attention(self, step: int, sample: str, report: AttentionReport) -> None:
-        if self.images is None:
-            from tinytf.viz import LayerImages
-
-            self.images = LayerImages()
         for attention_map in report.maps:
             tag = f"attention/{sample}/{attention_map.name}"
             self.writer.add_image(tag, self.images.render(tag, attention_map), step, dataformats="HWC")

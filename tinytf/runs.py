@@ -22,7 +22,7 @@ import torch
 
 from tinytf.checkpoint import CheckpointError, load_checkpoint
 from tinytf.config import Config, load_config
-from tinytf.errors import UserError
+from tinytf.errors import UserError, first_line
 from tinytf.model import Transformer, build_model
 from tinytf.tasks import Task, get_task
 from tinytf.tasks.vocab import Vocabulary
@@ -107,5 +107,5 @@ def load_run(run_dir: Path, which: str = "best", device: str | torch.device = "c
     try:
         model.load_state_dict(state["model"])
     except (RuntimeError, KeyError) as err:
-        raise CheckpointError(f"{path}: does not fit the run's config ({str(err).splitlines()[0]})") from None
+        raise CheckpointError(f"{path}: does not fit the run's config ({first_line(err)})") from None
     return LoadedRun(run_dir, config, task, model.to(device).eval(), int(state.get("step", 0)))

@@ -34,7 +34,7 @@ from tinytf.attend import attention_report
 from tinytf.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from tinytf.config import Config, save_config
 from tinytf.data import IGNORE, TaskData, frame
-from tinytf.errors import UserError
+from tinytf.errors import UserError, first_line
 from tinytf.evaluate import evaluate, greedy_answers, scored_loss
 from tinytf.loggers import Logger, MetricsFileLogger, TensorBoardLogger
 from tinytf.model import build_model
@@ -236,9 +236,8 @@ class Trainer:
             self.data.load_state_dict({"generator": state["rng"]["data"]})
             self.step, self.best_score, self.best = state["step"], state["best_score"], state["best"]
         except (RuntimeError, ValueError, KeyError, TypeError) as err:
-            first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
             raise CheckpointError(
-                f"the run's last checkpoint does not fit this config (did --set change the model?): {first_line}"
+                f"the run's last checkpoint does not fit this config (did --set change the model?): {first_line(err)}"
             ) from None
         self.saved_step = self.step
 
