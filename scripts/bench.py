@@ -1,30 +1,45 @@
-"""Speed of tinytf next to the implementations users would otherwise pick, in one process.
+"""Speed of a tinytf training step next to the implementations users would otherwise pick, in one process.
 
     python scripts/bench.py                      # the three reference shapes
     python scripts/bench.py --shape default      # one of them
     python scripts/bench.py --d-model 96 --layers 3 --heads 4 --seq 48 --batch 16   # any shape
     python scripts/bench.py --json bench.json
 
-Contenders, each a causal language model of the same shape trained with the same
-optimizer (fused AdamW) on the same random tokens:
+(What making each task's batches costs is measured by scripts/bench_tasks.py.)
+
+Contenders (scripts/contenders.py says what each is and why the comparison is fair), each
+a causal language model of the same shape trained with the same optimizer (fused AdamW)
+on the same random tokens:
     tinytf            tinytf.build_model (fused QKV, PyTorch's fused attention kernel)
     torch-encoder     torch.nn.TransformerEncoder (pre-LN, GELU) with a causal mask
-    textbook          written below as the source material teaches it: separate W_Q, W_K,
-                      W_V, W_O, masked_fill + softmax, post-LN, ReLU
+    textbook          the seed chapter's code: separate W_Q, W_K, W_V, W_O, masked_fill
+                      + softmax, post-LN, ReLU
     x-transformers    x_transformers.TransformerWrapper, if that package is installed
 
 Method: after warm-up, the contenders run round-robin, `--rounds` times, each round
 timing `--repeat` calls; we report medians, and ratios of medians taken in the same
 run, so a busy machine slows everyone alike. Also measured: the machine's fp32 GEMM
 peak (the best of a few large square matmuls), each contender's model-FLOPs
-utilisation against it, tinytf's forward with `return_attention=True` against a plain
-forward, the fixed cost of one tinytf step at batch 1 x 8 tokens, and for every task
-the cost of making a batch next to a training step.
+utilisation (MFU) against it, the matmul floor ("matmuls only": the step's matrix
+products alone, on random data), tinytf's forward with `return_attention=True` against
+a plain forward, and the fixed cost of one tinytf step at batch 1 x 8 tokens.
 
-Model FLOPs of one training step (the PaLM paper's count, fwd + bwd = 3x fwd):
+Model FLOPs of one training step are counted by torch.utils.flop_counter.FlopCounterMode
+over one forward and backward pass of the tinytf model; they equal the PaLM paper's
+count (forward + backward = 3 x forward), which a test holds:
     6 * N * tokens  +  12 * L * T * D * tokens
-N: parameters of the layers plus the output projection (D x V); the second term is the
-attention scores and weighted sums (not reduced for causality).
+N: the weight matrices of the layers and the (tied) output projection (D x V); biases,
+LayerNorms and the embedding lookup do no matmul. The second term is the attention
+scores Q K^T and weighted sums P V (not reduced for causality). MFU divides the same
+count by every contender's step time: the work of the model, not of an implementation.
+
+Scope: CPU, fp32 only. Every tensor lives on the CPU and calls return when their work is
+done, so time.perf_counter around them measures it. A CUDA run would need: models and
+tensors moved to the device; torch.cuda.synchronize() (or CUDA events) around every timed
+region, since kernels launch asynchronously; the peak measured in the dtype actually used
+(fp32 matmuls may run as TF32 on tensor cores, bf16 under autocast); larger shapes, since
+at these a GPU step is mostly kernel-launch overhead; and, for the FLOP count, nothing:
+FlopCounterMode knows PyTorch's CUDA attention kernels (only the CPU one is added here).
 """
 
 from __future__ import annotations
@@ -33,7 +48,6 @@ import argparse
 import json
 import math
 import statistics
-import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -41,13 +55,9 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from contenders import CONTENDERS, Shape, tinytf_model
 from torch import nn
-
-import tinytf
-from tinytf.config import config_from_dict
-from tinytf.data import TaskData, frame
-from tinytf.evaluate import scored_loss
-from tinytf.tasks import TASKS, get_task
+from torch.utils.flop_counter import FlopCounterMode
 
 SHAPES = {
     "tiny": dict(vocab=64, seq=32, batch=64, d_model=64, heads=4, layers=2, d_ff=256),
@@ -55,141 +65,56 @@ SHAPES = {
     "small": dict(vocab=64, seq=128, batch=16, d_model=256, heads=8, layers=4, d_ff=1024),
 }
 
-
-@dataclass(frozen=True)
-class Shape:
-    vocab: int
-    seq: int
-    batch: int
-    d_model: int
-    heads: int
-    layers: int
-    d_ff: int
+FLOOR = "matmuls only"  # not a contender: the floor under every contender's step (see matmul_floor)
 
 
-# --------------------------------------------------------------------------- contenders
+# --------------------------------------------------------------------------- FLOPs
 
 
-def tinytf_model(shape: Shape) -> nn.Module:
-    model = {"arch": "decoder", "d_model": shape.d_model, "n_heads": shape.heads, "n_layers": shape.layers,
-             "d_ff": shape.d_ff, "max_len": shape.seq, "dropout": 0.0}  # fmt: skip
-    task = {"name": "copy", "min_len": 1, "max_len": 3}  # any task whose sequences fit in shape.seq
-    return tinytf.build_model({"task": task, "model": model}, vocab_size=shape.vocab)
+def model_flops_per_step(shape: Shape) -> int:
+    """The PaLM count of one training step's model FLOPs: 6 N tokens + 12 L T D tokens.
+
+    N counts weight matrices only: per layer W_Q W_K W_V W_O (4 D^2) and the FFN's two
+    (2 D F), plus the output projection (D V). Each weight does 2 FLOPs per token forward
+    and 4 backward (grad wrt input, grad wrt weight). Attention does Q K^T and P V,
+    2 T D FLOPs per token each forward, twice that backward: 12 T D per token and layer.
+    """
+    d, f, tokens = shape.d_model, shape.d_ff, shape.batch * shape.seq
+    weights = shape.layers * (4 * d * d + 2 * d * f) + d * shape.vocab
+    return 6 * weights * tokens + 12 * shape.layers * shape.seq * d * tokens
 
 
-class TorchEncoderLM(nn.Module):
-    """A causal LM on torch.nn.TransformerEncoder, configured like tinytf's defaults."""
-
-    def __init__(self, shape: Shape) -> None:
-        super().__init__()
-        self.embedding = nn.Embedding(shape.vocab, shape.d_model)
-        self.register_buffer("positions", tinytf.model.positional.sinusoidal_table(shape.seq, shape.d_model))
-        layer = nn.TransformerEncoderLayer(shape.d_model, shape.heads, shape.d_ff, dropout=0.0, activation="gelu",
-                                           batch_first=True, norm_first=True)  # fmt: skip
-        self.encoder = nn.TransformerEncoder(layer, shape.layers, enable_nested_tensor=False)
-        self.norm = nn.LayerNorm(shape.d_model)
-        self.head = nn.Linear(shape.d_model, shape.vocab, bias=False)
-        self.head.weight = self.embedding.weight
-        self.register_buffer("mask", nn.Transformer.generate_square_subsequent_mask(shape.seq))
-        self.scale = math.sqrt(shape.d_model)
-
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        length = tokens.size(1)
-        x = self.embedding(tokens) * self.scale + self.positions[:length]
-        x = self.encoder(x, mask=self.mask[:length, :length], is_causal=True)
-        return self.head(self.norm(x))
+def _cpu_attention_forward_flops(query_shape, key_shape, value_shape, *args, out_shape=None, **kw) -> int:
+    """Q K^T: (.., T_q, D_h) x (.., D_h, T_k) and P V: (.., T_q, T_k) x (.., T_k, D_v), over all heads (..)."""
+    *heads, queries, head_dim = query_shape
+    keys, value_dim = key_shape[-2], value_shape[-1]
+    return 2 * math.prod(heads) * queries * keys * (head_dim + value_dim)
 
 
-class TextbookAttention(nn.Module):
-    """Multi-head attention exactly as the source material's chapter writes it."""
-
-    def __init__(self, d_model: int, num_heads: int) -> None:
-        super().__init__()
-        self.num_heads, self.d_k = num_heads, d_model // num_heads
-        self.W_Q = nn.Linear(d_model, d_model, bias=False)
-        self.W_K = nn.Linear(d_model, d_model, bias=False)
-        self.W_V = nn.Linear(d_model, d_model, bias=False)
-        self.W_O = nn.Linear(d_model, d_model, bias=False)
-
-    def split_heads(self, x: torch.Tensor, batch_size: int) -> torch.Tensor:
-        return x.view(batch_size, -1, self.num_heads, self.d_k).transpose(1, 2)
-
-    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        batch_size = x.size(0)
-        Q, K, V = (self.split_heads(w(x), batch_size) for w in (self.W_Q, self.W_K, self.W_V))
-        scores = torch.matmul(Q, K.transpose(-2, -1)) / math.sqrt(self.d_k)
-        scores = scores.masked_fill(mask == 0, float("-inf"))
-        attention_weights = torch.softmax(scores, dim=-1)
-        context = (
-            torch.matmul(attention_weights, V)
-            .transpose(1, 2)
-            .contiguous()
-            .view(batch_size, -1, self.num_heads * self.d_k)
-        )
-        return self.W_O(context)
+def _cpu_attention_backward_flops(grad_shape, query_shape, key_shape, value_shape, *args, out_shape=None, **kw) -> int:
+    """dP = dO V^T and dV = P^T dO (each T_q T_k D_v), dQ = dS K and dK = dS^T Q (each T_q T_k D_h)."""
+    *heads, queries, head_dim = query_shape
+    keys, value_dim = key_shape[-2], value_shape[-1]
+    return 2 * math.prod(heads) * queries * keys * 2 * (head_dim + value_dim)
 
 
-class TextbookBlock(nn.Module):
-    def __init__(self, shape: Shape) -> None:
-        super().__init__()
-        self.attention = TextbookAttention(shape.d_model, shape.heads)
-        self.norm1, self.norm2 = nn.LayerNorm(shape.d_model), nn.LayerNorm(shape.d_model)
-        self.ffn = nn.Sequential(nn.Linear(shape.d_model, shape.d_ff), nn.ReLU(), nn.Linear(shape.d_ff, shape.d_model))
-
-    def forward(self, x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        x = self.norm1(x + self.attention(x, mask))  # post-LN, as in the original paper
-        return self.norm2(x + self.ffn(x))
-
-
-class TextbookLM(nn.Module):
-    def __init__(self, shape: Shape) -> None:
-        super().__init__()
-        self.embedding = nn.Embedding(shape.vocab, shape.d_model)
-        self.register_buffer("positions", tinytf.model.positional.sinusoidal_table(shape.seq, shape.d_model))
-        self.blocks = nn.ModuleList(TextbookBlock(shape) for _ in range(shape.layers))
-        self.head = nn.Linear(shape.d_model, shape.vocab, bias=False)
-        self.head.weight = self.embedding.weight
-        self.register_buffer("mask", torch.tril(torch.ones(shape.seq, shape.seq)))
-        self.scale = math.sqrt(shape.d_model)
-
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        length = tokens.size(1)
-        x = self.embedding(tokens) * self.scale + self.positions[:length]
-        for block in self.blocks:
-            x = block(x, self.mask[:length, :length])
-        return self.head(x)
-
-
-def x_transformers_model(shape: Shape) -> nn.Module | None:
-    try:
-        from x_transformers import Decoder, TransformerWrapper
-    except ImportError:
-        return None
-    return TransformerWrapper(num_tokens=shape.vocab, max_seq_len=shape.seq, tie_embedding=True,
-                              attn_layers=Decoder(dim=shape.d_model, depth=shape.layers, heads=shape.heads,
-                                                  attn_dim_head=shape.d_model // shape.heads,
-                                                  ff_mult=shape.d_ff / shape.d_model, attn_flash=True))  # fmt: skip
-
-
-FLOOR = "matmuls only"  # not a contender: the floor under every contender's step (see matmuls_only)
-
-CONTENDERS: dict[str, Callable[[Shape], nn.Module | None]] = {
-    "tinytf": tinytf_model,
-    "torch-encoder": TorchEncoderLM,
-    "textbook": TextbookLM,
-    "x-transformers": x_transformers_model,
+# FlopCounterMode (torch 2.13) has formulas for the CUDA attention kernels but not for the
+# one F.scaled_dot_product_attention calls on the CPU; without these it would count 0.
+CPU_ATTENTION_FLOPS = {
+    torch.ops.aten._scaled_dot_product_flash_attention_for_cpu: _cpu_attention_forward_flops,
+    torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward: _cpu_attention_backward_flops,
 }
 
 
-# --------------------------------------------------------------------------- measuring
-
-
-def model_flops_per_step(model: nn.Module, shape: Shape) -> float:
-    embedding_like = {id(p) for name, p in model.named_parameters() if "embedding" in name or "positions" in name}
-    n_params = sum(p.numel() for p in model.parameters() if id(p) not in embedding_like)
-    n_params += shape.d_model * shape.vocab  # the (tied) output projection is a real matmul
-    tokens = shape.batch * shape.seq
-    return 6 * n_params * tokens + 12 * shape.layers * shape.seq * shape.d_model * tokens
+def counted_flops_per_step(model: nn.Module, tokens: torch.Tensor) -> int:
+    """FLOPs FlopCounterMode counts in one forward and backward pass of `model` on tokens (B, T)
+    (the optimizer step does no matmul). Leaves no gradients behind."""
+    targets = torch.roll(tokens, -1, dims=1)
+    with FlopCounterMode(display=False, custom_mapping=CPU_ATTENTION_FLOPS) as counter:
+        logits = model(tokens)  # (B, T, V)
+        F.cross_entropy(logits.flatten(0, 1), targets.flatten()).backward()
+    model.zero_grad(set_to_none=True)
+    return counter.get_total_flops()
 
 
 def gemm_peak_flops(rounds: int) -> float:
@@ -208,28 +133,87 @@ def gemm_peak_flops(rounds: int) -> float:
     return best
 
 
-def matmuls_only(shape: Shape) -> Callable[[], None]:
-    """Only the matrix products of one training step of this shape, on random data: the
-    floor under any fp32 implementation's step time, whatever it does around them.
+# --------------------------------------------------------------------------- the matmul floor
 
-    Every linear layer (W_Q W_K W_V fused, W_O, the FFN's two, the output projection):
-    forward X W^T, backward dX = dY W and dW = dY^T X. Every attention: forward Q K^T and
-    P V, backward dP = dO V^T, dV = P^T dO, dQ = dS K, dK = dS^T Q (batched over B x H).
+
+@dataclass(frozen=True)
+class MatmulProduct:
+    """One matrix product of a training step, on random operands of the right shapes."""
+
+    name: str  # where in the model, which pass, and the product, e.g. "layer 0 ffn.up grad wrt weight: dY^T X"
+    left: torch.Tensor
+    right: torch.Tensor
+
+    def __call__(self) -> torch.Tensor:
+        return self.left @ self.right
+
+
+def _linear_products(where: str, rows: int, d_in: int, d_out: int) -> tuple[MatmulProduct, list[MatmulProduct]]:
+    """A linear layer Y = X W^T, X (rows, d_in), W (d_out, d_in): its forward product, and its
+    two backward products, given dY (rows, d_out)."""
+    x, w, dy = torch.randn(rows, d_in), torch.randn(d_out, d_in), torch.randn(rows, d_out)
+    forward = MatmulProduct(f"{where} forward: X W^T", x, w.T)  # (rows, d_in) @ (d_in, d_out)
+    backward = [
+        MatmulProduct(f"{where} grad wrt input: dY W", dy, w),  # (rows, d_out) @ (d_out, d_in)
+        MatmulProduct(f"{where} grad wrt weight: dY^T X", dy.T, x),  # (d_out, rows) @ (rows, d_in)
+    ]
+    return forward, backward
+
+
+def _attention_products(where: str, heads: int, seq: int, head_dim: int) -> tuple[list[MatmulProduct], ...]:
+    """softmax(Q K^T / sqrt(D_h)) V over `heads` = B x H independent heads: the forward's two
+    products and the backward's four. dO is the gradient wrt the output, dS wrt the scores."""
+    q, k, v, d_out = torch.randn(4, heads, seq, head_dim)  # each (B*H, T, D_h)
+    probs, d_scores = torch.randn(2, heads, seq, seq)  # P and dS, each (B*H, T, T)
+    forward = [
+        MatmulProduct(f"{where} forward: scores Q K^T", q, k.transpose(1, 2)),
+        MatmulProduct(f"{where} forward: output P V", probs, v),
+    ]
+    backward = [
+        MatmulProduct(f"{where} grad wrt P: dO V^T", d_out, v.transpose(1, 2)),
+        MatmulProduct(f"{where} grad wrt V: P^T dO", probs.transpose(1, 2), d_out),
+        MatmulProduct(f"{where} grad wrt Q: dS K", d_scores, k),
+        MatmulProduct(f"{where} grad wrt K: dS^T Q", d_scores.transpose(1, 2), q),
+    ]
+    return forward, backward
+
+
+def matmul_floor(shape: Shape) -> list[MatmulProduct]:
+    """Every matrix product of one training step of this shape, in the order a step runs them:
+    each layer's forward, the output projection's forward and backward, each layer's
+    backward, last layer first. Names follow tinytf's modules (qkv_proj, out_proj, ffn.up,
+    ffn.down, lm_head); each layer has its own operands, as a real model does.
     """
-    rows, d, head = shape.batch * shape.seq, shape.d_model, shape.d_model // shape.heads
-    linears = [(d, 3 * d), (d, d), (d, shape.d_ff), (shape.d_ff, d)] * shape.layers + [(d, shape.vocab)]
-    operands = [(torch.randn(rows, i), torch.randn(o, i), torch.randn(rows, o)) for i, o in linears]
-    q, k = torch.randn(2, shape.batch * shape.heads, shape.seq, head)
-    p = torch.randn(shape.batch * shape.heads, shape.seq, shape.seq)
+    rows, d, f = shape.batch * shape.seq, shape.d_model, shape.d_ff
+    forward: list[MatmulProduct] = []
+    backward: list[list[MatmulProduct]] = []  # per layer, in backward order within the layer
+    for layer in range(shape.layers):
+        qkv_proj, qkv_proj_backward = _linear_products(f"layer {layer} qkv_proj", rows, d, 3 * d)
+        attention, attention_backward = _attention_products(
+            f"layer {layer} attention", shape.batch * shape.heads, shape.seq, d // shape.heads
+        )
+        out_proj, out_proj_backward = _linear_products(f"layer {layer} out_proj", rows, d, d)
+        up, up_backward = _linear_products(f"layer {layer} ffn.up", rows, d, f)
+        down, down_backward = _linear_products(f"layer {layer} ffn.down", rows, f, d)
+        forward += [qkv_proj, *attention, out_proj, up, down]
+        backward.append(down_backward + up_backward + out_proj_backward + attention_backward + qkv_proj_backward)
+    lm_head, lm_head_backward = _linear_products("lm_head", rows, d, shape.vocab)
+    return forward + [lm_head, *lm_head_backward] + [p for layer in reversed(backward) for p in layer]
+
+
+def matmuls_only(shape: Shape) -> Callable[[], None]:
+    """One call runs the matmul floor's products: the floor under any fp32 implementation's
+    step time at this shape, whatever it does around them."""
+    products = matmul_floor(shape)
 
     def step() -> None:
-        for x, w, dy in operands:
-            x @ w.T, dy @ w, dy.T @ x
-        for _ in range(shape.layers):
-            q @ k.transpose(1, 2), p @ k  # forward
-            p @ k, p.transpose(1, 2) @ q, p @ k, q @ k.transpose(1, 2)  # backward
+        for product in products:
+            product()
 
     return step
+
+
+# --------------------------------------------------------------------------- timing
 
 
 def timed(fn: Callable[[], object], repeat: int) -> float:
@@ -237,20 +221,6 @@ def timed(fn: Callable[[], object], repeat: int) -> float:
     for _ in range(repeat):
         fn()
     return (time.perf_counter() - start) / repeat
-
-
-def training_step(model: nn.Module, tokens: torch.Tensor, targets: torch.Tensor) -> Callable[[], None]:
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
-    vocab = model(tokens[:1]).size(-1)
-
-    def step() -> None:
-        logits = model(tokens)
-        loss = F.cross_entropy(logits.reshape(-1, vocab), targets.reshape(-1))
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-
-    return step
 
 
 def round_robin(fns: dict[str, Callable[[], object]], rounds: int, repeat: int) -> dict[str, float]:
@@ -264,17 +234,32 @@ def round_robin(fns: dict[str, Callable[[], object]], rounds: int, repeat: int) 
     return {name: statistics.median(times) for name, times in samples.items()}
 
 
+def training_step(model: nn.Module, tokens: torch.Tensor, targets: torch.Tensor) -> Callable[[], None]:
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+    vocab = model(tokens[:1]).size(-1)
+
+    def step() -> None:
+        logits = model(tokens)  # (B, T, V)
+        loss = F.cross_entropy(logits.reshape(-1, vocab), targets.reshape(-1))
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    return step
+
+
 def bench_shape(name: str, shape: Shape, rounds: int, repeat: int, peak: float) -> dict:
     torch.manual_seed(0)
     tokens = torch.randint(0, shape.vocab, (shape.batch, shape.seq))
     targets = torch.roll(tokens, -1, dims=1)
     models = {key: make(shape) for key, make in CONTENDERS.items()}
     models = {key: model for key, model in models.items() if model is not None}
+    flops = counted_flops_per_step(models["tinytf"], tokens)
+    formula_flops = model_flops_per_step(shape)
 
     steps = {key: training_step(model, tokens, targets) for key, model in models.items()}
     steps[FLOOR] = matmuls_only(shape)
     step_time = round_robin(steps, rounds, repeat)
-    floor_time = step_time.pop(FLOOR)
 
     ours = models["tinytf"].eval()
     with torch.no_grad():
@@ -285,21 +270,19 @@ def bench_shape(name: str, shape: Shape, rounds: int, repeat: int, peak: float) 
         }, rounds, repeat)  # fmt: skip
 
     n_tokens = shape.batch * shape.seq
-    rows = {}
-    for key, seconds in step_time.items():
-        rows[key] = {
+    rows = {
+        key: {
             "step_ms": 1e3 * seconds,
             "tokens_per_s": n_tokens / seconds,
-            "mfu": model_flops_per_step(models[key], shape) / seconds / peak,
+            "mfu": flops / seconds / peak,
             "speed_vs_tinytf": step_time["tinytf"] / seconds,
         }
-    rows[FLOOR] = {
-        "step_ms": 1e3 * floor_time, "tokens_per_s": n_tokens / floor_time,
-        "mfu": model_flops_per_step(models["tinytf"], shape) / floor_time / peak,
-        "speed_vs_tinytf": step_time["tinytf"] / floor_time,
-    }  # fmt: skip
+        for key, seconds in step_time.items()
+    }
+    floor_time = step_time[FLOOR]
     return {
         "shape": name, **shape.__dict__, "train": rows,
+        "model_flops": flops, "model_flops_formula": formula_flops,
         # The most any implementation could gain over torch-encoder if it did nothing but its matmuls.
         "ceiling_vs_torch_encoder": step_time["torch-encoder"] / floor_time,
         "ceiling_vs_textbook": step_time["textbook"] / floor_time,
@@ -316,50 +299,18 @@ def bench_fixed_cost(rounds: int) -> float:
     return 1e3 * round_robin({"step": step}, rounds, 20)["step"]
 
 
-def bench_tasks(rounds: int, batch_size: int) -> list[dict]:
-    """Per task: making a batch (sampling + framing) next to a training step on it,
-    with the default shape's model."""
-    shape = SHAPES["default"]
-    results = []
-    with tempfile.TemporaryDirectory() as folder:
-        text = Path(folder) / "corpus.txt"
-        text.write_text("the quick brown fox jumps over the lazy dog. " * 2000)
-        for name, cls in TASKS.items():
-            arch = "decoder" if "decoder" in cls.archs else cls.archs[0]
-            config = config_from_dict({
-                "task": {"name": name, "path": str(text)},
-                "model": {"arch": arch, "d_model": shape["d_model"], "n_heads": shape["heads"],
-                          "n_layers": shape["layers"], "d_ff": shape["d_ff"]},
-            })  # fmt: skip
-            task = get_task(config.task)
-            data = TaskData(task, seed=0, eval_size=config.task.eval_size)
-            model = tinytf.build_model(config)
-            optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
-
-            def make_batch(data=data, task=task, arch=arch):
-                return frame(data.train_pairs(batch_size), task, arch)
-
-            batch = make_batch()
-
-            def step(model=model, batch=batch, optimizer=optimizer):
-                scored_loss(model(**batch.model_inputs()), batch.labels).backward()
-                optimizer.step()
-                optimizer.zero_grad(set_to_none=True)
-
-            times = round_robin({"batch": make_batch, "step": step}, rounds, 5)
-            results.append({"task": name, "arch": arch, "batch_ms": 1e3 * times["batch"],
-                            "step_ms": 1e3 * times["step"], "share": times["batch"] / times["step"]})  # fmt: skip
-    return results
-
-
 # --------------------------------------------------------------------------- report
 
 
-def print_report(peak: float, shapes: list[dict], fixed_ms: float | None, tasks: list[dict] | None) -> None:
+def print_report(peak: float, shapes: list[dict], fixed_ms: float) -> None:
     print(f"fp32 GEMM peak: {peak / 1e9:.1f} GFLOP/s ({torch.get_num_threads()} threads, torch {torch.__version__})")
     for result in shapes:
         dims = ", ".join(f"{k} {result[k]}" for k in ("batch", "seq", "d_model", "heads", "layers", "d_ff", "vocab"))
         print(f"\n### {result['shape']} ({dims})\n")
+        flops, formula = result["model_flops"], result["model_flops_formula"]
+        agrees = "equal to" if flops == formula else f"NOT equal to, {formula / 1e9:.4f} GFLOP by"
+        print(f"model FLOPs of a step: {flops / 1e9:.4f} GFLOP (FlopCounterMode; {agrees} "
+              f"6·N·tokens + 12·L·T·D·tokens)\n")  # fmt: skip
         print("| contender | step (ms) | tokens/s | MFU | tinytf is |")
         print("|---|---:|---:|---:|---:|")
         for key, row in result["train"].items():
@@ -373,15 +324,7 @@ def print_report(peak: float, shapes: list[dict], fixed_ms: float | None, tasks:
         print(f"\nforward: plain {forward['plain']:.2f} ms, return_attention=True "
               f"{forward['return_attention']:.2f} ms ({ratio:.2f}x), "
               f"torch-encoder {forward['torch-encoder']:.2f} ms")  # fmt: skip
-    if fixed_ms is not None:
-        print(f"\nfixed cost of a tinytf training step at batch 1 x 8 tokens: {fixed_ms:.2f} ms")
-    if tasks:
-        print("\n| task | arch | batch (ms) | step (ms) | batch / step |")
-        print("|---|---|---:|---:|---:|")
-        for row in tasks:
-            print(
-                f"| {row['task']} | {row['arch']} | {row['batch_ms']:.2f} | {row['step_ms']:.1f} | {row['share']:.1%} |"
-            )
+    print(f"\nfixed cost of a tinytf training step at batch 1 x 8 tokens: {fixed_ms:.2f} ms")
 
 
 def main() -> None:
@@ -392,7 +335,6 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--skip-tasks", action="store_true", help="skip the per-task batch cost")
     parser.add_argument("--json", type=Path, default=None)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -407,11 +349,10 @@ def main() -> None:
     peak = gemm_peak_flops(args.rounds)
     results = [bench_shape(name, shape, args.rounds, args.repeat, peak) for name, shape in shapes.items()]
     fixed_ms = bench_fixed_cost(args.rounds)
-    tasks = None if args.skip_tasks else bench_tasks(args.rounds, SHAPES["default"]["batch"])
-    print_report(peak, results, fixed_ms, tasks)
+    print_report(peak, results, fixed_ms)
     if args.json:
-        args.json.write_text(json.dumps({"gemm_peak_flops": peak, "shapes": results, "fixed_step_ms": fixed_ms,
-                                         "tasks": tasks}, indent=1))  # fmt: skip
+        args.json.write_text(json.dumps({"gemm_peak_flops": peak, "shapes": results, "fixed_step_ms": fixed_ms},
+                                        indent=1))  # fmt: skip
 
 
 if __name__ == "__main__":

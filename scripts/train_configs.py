@@ -24,7 +24,7 @@ from pathlib import Path
 
 import torch
 
-from tinytf.config import load_config
+from tinytf.experiment import load_config
 from tinytf.loggers import Logger
 from tinytf.training import train
 

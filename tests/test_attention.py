@@ -1,13 +1,14 @@
-"""Attention against independent references: PyTorch's nn.MultiheadAttention and a
-NumPy transcription of softmax(Q K^T / sqrt(d_k)) V."""
+"""Attention against independent references: PyTorch's nn.MultiheadAttention and
+F.scaled_dot_product_attention, and a NumPy transcription of softmax(Q K^T / sqrt(d_k)) V."""
 
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 
-from tinytf.model.attention import MultiHeadAttention, scaled_dot_product_attention
-from tinytf.model.masks import attention_bias, bias_from_allowed, causal_mask
+from tinytf.model.attention import MultiHeadAttention, attention
+from tinytf.model.masks import attention_bias, bias_from_allowed, causal_allowed
 
 D_MODEL, N_HEADS = 32, 4
 TOL = dict(atol=1e-5, rtol=1e-5)
@@ -50,20 +51,20 @@ def test_multi_head_attention_matches_torch(kind, masking):
     x = torch.randn(3, 6, D_MODEL)
     context = x if kind == "self" else torch.randn(3, 6 if "causal" in masking else 9, D_MODEL)
     key_len = context.size(1)
-    key_padding = padding(3, key_len, [key_len, 4, 2]) if "key_padding" in masking else None
+    pad_mask = padding(3, key_len, [key_len, 4, 2]) if "key_padding" in masking else None
     causal = "causal" in masking
 
     ref_out, ref_weights = reference(
         x, context, context,
-        key_padding_mask=key_padding,
-        attn_mask=~causal_mask(6, key_len) if causal else None,
+        key_padding_mask=pad_mask,  # torch's key_padding_mask: True = PAD, like our pad_mask
+        attn_mask=~causal_allowed(6, key_len) if causal else None,  # nn.MultiheadAttention's: True = hidden
         need_weights=True, average_attn_weights=False,
     )  # fmt: skip
 
-    bias = attention_bias(key_padding, 6, causal)
+    bias = attention_bias(pad_mask, 6, causal)
     kwargs = dict(context=None if kind == "self" else context, attn_bias=bias, is_causal=causal and bias is None)
-    out, weights = ours(x, need_weights=True, **kwargs)
-    fused_out, no_weights = ours(x, need_weights=False, **kwargs)
+    out, weights = ours(x, return_attention=True, **kwargs)
+    fused_out, no_weights = ours(x, return_attention=False, **kwargs)
 
     assert weights.shape == (3, N_HEADS, 6, key_len)
     torch.testing.assert_close(weights, ref_weights, **TOL)
@@ -72,19 +73,19 @@ def test_multi_head_attention_matches_torch(kind, masking):
     assert no_weights is None
 
 
-def test_scaled_dot_product_attention_matches_numpy_formula():
+def test_attention_matches_numpy_formula():
     rng = np.random.default_rng(42)
     q, k, v = (rng.standard_normal((2, 3, 5, 8)).astype(np.float32) for _ in range(3))
     mask = np.tril(np.ones((5, 5)))  # causal, 1 = may attend
     expected_out, expected_weights = numpy_attention(q, k, v, mask)
 
     bias = bias_from_allowed(torch.from_numpy(mask).bool())
-    out, weights = scaled_dot_product_attention(*map(torch.from_numpy, (q, k, v)), attn_bias=bias)
+    out, weights = attention(*map(torch.from_numpy, (q, k, v)), attn_mask=bias)
     np.testing.assert_allclose(weights.numpy(), expected_weights, atol=1e-5)
     np.testing.assert_allclose(out.numpy(), expected_out, atol=1e-5)
 
     # is_causal=True is the same mask
-    out_causal, weights_causal = scaled_dot_product_attention(*map(torch.from_numpy, (q, k, v)), is_causal=True)
+    out_causal, weights_causal = attention(*map(torch.from_numpy, (q, k, v)), is_causal=True)
     np.testing.assert_allclose(weights_causal.numpy(), expected_weights, atol=1e-5)
     np.testing.assert_allclose(out_causal.numpy(), expected_out, atol=1e-5)
 
@@ -93,7 +94,7 @@ def test_unmasked_attention_matches_numpy_and_rows_sum_to_one():
     rng = np.random.default_rng(1)
     q, k, v = rng.standard_normal((4, 7)).astype(np.float32), *(rng.standard_normal((2, 6, 7)).astype(np.float32))
     expected_out, expected_weights = numpy_attention(q, k, v)
-    out, weights = scaled_dot_product_attention(*map(torch.from_numpy, (q, k, v)))
+    out, weights = attention(*map(torch.from_numpy, (q, k, v)))
     np.testing.assert_allclose(out.numpy(), expected_out, atol=1e-5)
     np.testing.assert_allclose(weights.numpy(), expected_weights, atol=1e-5)
     np.testing.assert_allclose(weights.sum(-1).numpy(), np.ones(4), atol=1e-6)
@@ -104,18 +105,18 @@ def test_fully_masked_query_rows_stay_finite():
     x = torch.randn(2, 5, D_MODEL)
     everything_padded = torch.ones(2, 5, dtype=torch.bool)
     bias = attention_bias(everything_padded, 5, causal=True)
-    for need_weights in (True, False):
-        out, weights = ours(x, attn_bias=bias, need_weights=need_weights)
+    for return_attention in (True, False):
+        out, weights = ours(x, attn_bias=bias, return_attention=return_attention)
         assert torch.isfinite(out).all()
-        if need_weights:
+        if return_attention:
             assert torch.isfinite(weights).all()
 
 
 def test_masked_keys_get_zero_weight():
     ours, _ = twin_modules()
     x = torch.randn(2, 5, D_MODEL)
-    key_padding = padding(2, 5, [5, 3])
-    _, weights = ours(x, attn_bias=attention_bias(key_padding, 5, causal=False), need_weights=True)
+    pad_mask = padding(2, 5, [5, 3])
+    _, weights = ours(x, attn_bias=attention_bias(pad_mask, 5, causal=False), return_attention=True)
     assert weights[1, :, :, 3:].abs().max() == 0
     torch.testing.assert_close(weights.sum(-1), torch.ones(2, N_HEADS, 5))
 
@@ -127,6 +128,85 @@ def test_causal_and_bias_together_is_refused():
         ours(x, attn_bias=torch.zeros(1, 1, 3, 3), is_causal=True)
 
 
-def test_causal_mask_aligns_queries_to_the_end_of_the_keys():
-    assert causal_mask(2, 4).tolist() == [[True, True, True, False], [True, True, True, True]]
-    assert causal_mask(3, 3).tolist() == [[True, False, False], [True, True, False], [True, True, True]]
+def test_causal_allowed_aligns_queries_to_the_end_of_the_keys():
+    assert causal_allowed(2, 4).tolist() == [[True, True, True, False], [True, True, True, True]]
+    assert causal_allowed(3, 3).tolist() == [[True, False, False], [True, True, False], [True, True, True]]
+
+
+def test_attention_bias_hides_pad_keys_and_the_future():
+    pad_mask = torch.tensor([[False, False, True]])  # True = PAD
+    bias = attention_bias(pad_mask, 3, causal=True)  # (1, 1, 3, 3)
+    hidden = torch.finfo(bias.dtype).min
+    assert bias[0, 0].tolist() == [[0, hidden, hidden], [0, 0, hidden], [0, 0, hidden]]
+    assert attention_bias(None, 3, causal=True) is None
+
+
+def random_qkv(query_len=5, key_len=7, seed=0):
+    torch.manual_seed(seed)
+    return torch.randn(2, 3, query_len, 8), torch.randn(2, 3, key_len, 8), torch.randn(2, 3, key_len, 8)
+
+
+def some_allowed(query_len=5, key_len=7, seed=1):
+    """A random bool mask (True = may attend) that leaves every query at least one key."""
+    allowed = torch.rand(query_len, key_len, generator=torch.Generator().manual_seed(seed)) > 0.5
+    allowed[:, 0] = True
+    return allowed  # (T_q, T_k)
+
+
+TORCH_SDPA_CASES = {
+    "no-mask": lambda t_q, t_k: {},
+    "bool-mask": lambda t_q, t_k: {"attn_mask": some_allowed(t_q, t_k)},  # True = may attend
+    "bool-mask-full-shape": lambda t_q, t_k: {"attn_mask": some_allowed(t_q, t_k).expand(2, 3, t_q, t_k)},
+    "float-mask": lambda t_q, t_k: {"attn_mask": torch.randn(t_q, t_k)},  # added to the scores
+    "is_causal": lambda t_q, t_k: {"is_causal": True},
+    "scale": lambda t_q, t_k: {"scale": 0.3},
+    "bool-mask+scale": lambda t_q, t_k: {"attn_mask": some_allowed(t_q, t_k), "scale": 2.0},
+    "dropout_p=0": lambda t_q, t_k: {"dropout_p": 0.0},
+}
+
+
+@pytest.mark.parametrize("case", TORCH_SDPA_CASES)
+@pytest.mark.parametrize("query_len", [5, 7])  # T_q < T_k and self-attention's T_q = T_k
+def test_attention_matches_torch_sdpa(case, query_len):
+    """Same arguments, same meaning as F.scaled_dot_product_attention: same output."""
+    q, k, v = random_qkv(query_len=query_len, key_len=7)
+    arguments = TORCH_SDPA_CASES[case](query_len, 7)
+    out, weights = attention(q, k, v, **arguments)
+    expected = F.scaled_dot_product_attention(q, k, v, **arguments)
+    torch.testing.assert_close(out, expected, **TOL)
+    assert weights.shape == (2, 3, query_len, 7)
+    torch.testing.assert_close(weights.sum(-1), torch.ones(2, 3, query_len))  # rows are distributions
+
+
+def test_bool_mask_means_may_attend_not_plus_one():
+    q, k, v = random_qkv()
+    allowed = some_allowed()  # (T_q, T_k)
+    out, weights = attention(q, k, v, attn_mask=allowed)
+    out_bias, weights_bias = attention(q, k, v, attn_mask=bias_from_allowed(allowed))
+    torch.testing.assert_close(out, out_bias)
+    torch.testing.assert_close(weights, weights_bias)
+    assert weights[..., ~allowed].abs().max() == 0  # a hidden key gets exactly zero weight
+
+    out_plus_one, _ = attention(q, k, v, attn_mask=allowed.float())  # the trap: 0/1 added to the scores
+    assert not torch.allclose(out, out_plus_one, atol=1e-3)
+
+
+def test_attention_rejects_integer_masks():
+    q, k, v = random_qkv()
+    with pytest.raises(TypeError, match="bool"):
+        attention(q, k, v, attn_mask=some_allowed().long())
+
+
+def test_attention_refuses_is_causal_with_a_mask():
+    q, k, v = random_qkv(query_len=7)
+    with pytest.raises(ValueError, match="either"):
+        attention(q, k, v, attn_mask=causal_allowed(7, 7), is_causal=True)
+
+
+def test_attention_weights_are_taken_before_dropout():
+    q, k, v = random_qkv()
+    torch.manual_seed(0)
+    out, weights = attention(q, k, v, dropout_p=0.5)
+    _, undropped = attention(q, k, v)
+    torch.testing.assert_close(weights, undropped)
+    assert not torch.allclose(out, undropped @ v)  # the output did see dropout

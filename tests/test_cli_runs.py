@@ -63,7 +63,7 @@ def test_attend_json_holds_the_model_s_own_weights(trained):
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
     loaded = load_run(run_dir)
-    expected = attention_report(loaded.model, loaded.task, "3 1 2 0")
+    expected = attention_report(loaded.model, loaded.framing, "3 1 2 0")
     assert [entry["stack"] + str(entry["layer"]) + entry["kind"] for entry in report["attention"]] == [
         m.stack + str(m.layer) + m.kind for m in expected.maps
     ]
@@ -79,11 +79,11 @@ def test_attend_json_holds_the_model_s_own_weights(trained):
 def test_attend_weights_equal_a_direct_forward_pass(trained):
     _, run_dir = trained
     loaded = load_run(run_dir)
-    report = attention_report(loaded.model, loaded.task, "4 4 1")
+    report = attention_report(loaded.model, loaded.framing, "4 4 1")
     vocab = loaded.vocab
     tokens = torch.tensor([vocab.encode(report.tokens)])
     source = torch.tensor([vocab.encode(report.source_tokens)]) if report.source_tokens else None
-    _, weights = loaded.model(tokens, source, return_attention=True)
+    _, weights = loaded.model(tokens, source=source, return_attention=True)
     for attention_map in report.maps:
         np.testing.assert_array_equal(attention_map.weights, weights[attention_map.name][0].detach().numpy())
 

@@ -5,8 +5,9 @@ from pathlib import Path
 import pytest
 
 import tinytf
-from tinytf.config import Config, ModelConfig, config_from_dict, load_config, parse_config, save_config
+from tinytf.config import Config, ModelConfig, config_from_dict, parse_config
 from tinytf.errors import ConfigError
+from tinytf.experiment import load_config, save_config
 from tinytf.tasks import get_task
 
 CONFIGS = sorted(Path(__file__).resolve().parents[1].joinpath("configs").glob("*.yaml"))
@@ -105,7 +106,7 @@ ERROR_CASES = {
     "section is not a mapping": ("model: 5\n", [], ["model", "expected a section"]),
     "top level is not a mapping": ("- 1\n- 2\n", [], ["expected a mapping of sections", "a list"]),
     "malformed YAML": ("model:\n  d_model: 64\n   n_heads: 4\n", [], ["line 3", "invalid YAML"]),
-    "unknown task": ("task:\n  name: sortt\n", [], ["task:", "name='sortt' is not a task", "did you mean 'sort'?"]),
+    "unknown task": ("task:\n  name: sortt\n", [], ["task.name: 'sortt' is not a task", "did you mean 'sort'?"]),
     "task and arch do not fit": (
         "task:\n  name: add\nmodel:\n  arch: encoder\n",
         [],
@@ -116,8 +117,21 @@ ERROR_CASES = {
         [],
         ["model.max_len=32 is too short", "up to 41 tokens"],
     ),
-    "text task without a file": ("task:\n  name: text\n", [], ["task:", "needs path"]),
-    "min_len above max_len": ("task:\n  min_len: 9\n  max_len: 3\n", [], ["task:", "min_len=9", "max_len=3"]),
+    "text task without a file": ("task:\n  name: text\n", [], ["task.path", "needs the file"]),
+    "text file that does not exist": ("task:\n  name: text\n  path: /no/such.txt\n", [], ["task.path", "not found"]),
+    "min_len above max_len": ("task:\n  min_len: 9\n  max_len: 3\n", [], ["task.min_len=9", "task.max_len=3"]),
+    "a key the task does not use": (
+        "task:\n  name: sort\n  digits: 4\n",
+        [],
+        ["task.digits: sort does not use it", "its keys: name, vocab_size, min_len, max_len, eval_size"],
+    ),
+    "a key only another architecture uses": (
+        "task:\n  name: sort\n  bos: true\nmodel:\n  arch: decoder\n",
+        [],
+        ["task.bos: arch=decoder does not use it", "only arch=encoder"],
+    ),
+    "an unused task key from an override": ("", ["task.path=x.txt"], ["--set task.path=x.txt", "sort does not use"]),
+    "a task check failing through an override": ("", ["task.min_len=20"], ["--set task.min_len=20", "task.min_len=20"]),
     "bad override key": ("", ["model.d_modle=3"], ["--set model.d_modle=3", "'d_model'"]),
     "bad override value": ("", ["model.n_heads=many"], ["--set model.n_heads=many", "model.n_heads = 'many'"]),
     "override without '='": ("", ["model.d_model"], ["--set model.d_model", "KEY=VALUE"]),

@@ -7,9 +7,11 @@ from torch import nn
 
 import tinytf
 from tinytf.config import TaskConfig, config_from_dict
-from tinytf.data import IGNORE, TaskData, example_hashes, frame
+from tinytf.data import TaskData, example_hashes
 from tinytf.errors import ConfigError, UserError
-from tinytf.evaluate import evaluate, greedy_answers, scored_loss
+from tinytf.evaluate import evaluate, scored_loss
+from tinytf.experiment import check_config
+from tinytf.framing import IGNORE, get_framing
 from tinytf.tasks import TASKS, Pairs, get_task
 from tinytf.tasks.vocab import UnknownTokenError, Vocabulary
 
@@ -65,7 +67,7 @@ def test_vocabulary_file_errors(tmp_path):
 
 def test_decoder_framing_scores_only_the_answer():
     task = get_task(TaskConfig(name="reverse"))
-    batch = frame(pairs_of(task, [("1 2 3", "3 2 1"), ("4 5", "5 4")]), task, "decoder")
+    batch = get_framing(task, "decoder").frame(pairs_of(task, [("1 2 3", "3 2 1"), ("4 5", "5 4")]))
     decode = task.vocab.decode
     assert decode(batch.tokens[0]) == ["1", "2", "3", "<sep>", "3", "2", "1"]
     assert decode(batch.tokens[1]) == ["4", "5", "<sep>", "5", "4", "<pad>", "<pad>"]
@@ -80,7 +82,7 @@ def test_decoder_framing_scores_only_the_answer():
 
 def test_encoder_framing_with_bos_and_eos_filler():
     task = get_task(TaskConfig(name="most-freq", bos=True))
-    batch = frame(pairs_of(task, [("1 2 2", "2 1"), ("3", "3")]), task, "encoder")
+    batch = get_framing(task, "encoder").frame(pairs_of(task, [("1 2 2", "2 1"), ("3", "3")]))
     decode = task.vocab.decode
     assert decode(batch.tokens[0]) == ["<bos>", "1", "2", "2"]
     assert batch.labels[0, 0] == IGNORE and decode(batch.labels[0, 1:]) == ["2", "1", "<eos>"]
@@ -91,7 +93,7 @@ def test_encoder_framing_with_bos_and_eos_filler():
 
 def test_encoder_decoder_framing():
     task = get_task(TaskConfig(name="add"))
-    batch = frame(pairs_of(task, [("17+25", "42"), ("1+2", "3")]), task, "encoder-decoder")
+    batch = get_framing(task, "encoder-decoder").frame(pairs_of(task, [("17+25", "42"), ("1+2", "3")]))
     decode = task.vocab.decode
     assert decode(batch.source[1]) == ["1", "+", "2", "<pad>", "<pad>"]
     assert batch.source_pad_mask[1].tolist() == [False] * 3 + [True] * 2
@@ -103,7 +105,7 @@ def test_encoder_decoder_framing():
 def test_language_model_framing_predicts_the_next_word():
     task = get_task(TaskConfig(name="sentences"))
     pairs = task.sample(4, torch.Generator().manual_seed(0))
-    batch = frame(pairs, task, "decoder")
+    batch = get_framing(task, "decoder").frame(pairs)
     for i in range(4):
         length = int(pairs.target_len[i])
         assert batch.tokens[i, : length - 1].tolist() == pairs.target[i, : length - 1].tolist()
@@ -112,12 +114,15 @@ def test_language_model_framing_predicts_the_next_word():
 
 
 def configured(name, arch, tmp_path, **task_keys):
+    """A small config for `name` x `arch`, checked against the task (`tinytf.load_config`'s checks)."""
     path = tmp_path / "corpus.txt"
     path.write_text("the quick brown fox jumps over the lazy dog. " * 40)
-    return config_from_dict({
-        "task": {"name": name, "path": str(path), "eval_size": 20, "max_len": 8} | task_keys,
+    wanted = {"path": str(path), "max_len": 8} | task_keys
+    keys = {key: value for key, value in wanted.items() if key in TASKS[name].config_keys}
+    return check_config(config_from_dict({
+        "task": {"name": name, "eval_size": 20} | keys,
         "model": {"arch": arch, "d_model": 16, "n_heads": 2, "n_layers": 2, "d_ff": 32},
-    })  # fmt: skip
+    }))  # fmt: skip
 
 
 PAIRINGS = [(name, arch) for name in sorted(TASKS) for arch in ARCHS]
@@ -136,7 +141,7 @@ def test_every_pairing_trains_a_step_or_is_a_config_error(name, arch, tmp_path):
     task = get_task(config.task)
     model = tinytf.build_model(config)
     assert model.vocab_size == len(task.vocab)
-    batch = frame(TaskData(task, seed=0, eval_size=20).train_pairs(8), task, arch)
+    batch = get_framing(task, arch).frame(TaskData(task, seed=0, eval_size=20).train_pairs(8))
     loss = scored_loss(model(**batch.model_inputs()), batch.labels)
     loss.backward()
     assert torch.isfinite(loss) and model.token_embedding.weight.grad.abs().sum() > 0
@@ -148,10 +153,10 @@ def test_padding_never_changes_an_example_s_logits(name, arch, tmp_path):
     task = get_task(config.task)
     model = tinytf.build_model(config).eval()
     pairs = task.sample(6, torch.Generator().manual_seed(1))
-    batched = frame(pairs, task, arch)
+    batched = get_framing(task, arch).frame(pairs)
     logits = model(**batched.model_inputs())
     for i in range(6):
-        alone = frame(pairs[i : i + 1], task, arch)
+        alone = get_framing(task, arch).frame(pairs[i : i + 1])
         assert alone.tokens.size(1) <= batched.tokens.size(1)
         alone_logits = model(**alone.model_inputs())
         width = alone.tokens.size(1)
@@ -230,7 +235,7 @@ class CopyOracle(nn.Module):
         self.mistake_if_first = mistake_if_first  # ... only in examples whose first symbol is one of these
         self.anchor = nn.Parameter(torch.zeros(()))
 
-    def forward(self, tokens, source=None, pad_mask=None, source_pad_mask=None):
+    def forward(self, tokens, *, source=None, pad_mask=None, source_pad_mask=None):
         return self._logits(tokens, source, source_pad_mask)
 
     # the generation interface: encode once, decode with a cache of what was fed so far
@@ -240,12 +245,12 @@ class CopyOracle(nn.Module):
     def new_cache(self):
         return []
 
-    def decode(self, tokens, context=None, context_pad_mask=None, pad_mask=None, cache=None):
+    def decode(self, tokens, *, context=None, source_pad_mask=None, pad_mask=None, cache=None):
         if cache is not None:
             cache.append(tokens)
             tokens_so_far = torch.cat(cache, dim=1)
-            return self._logits(tokens_so_far, context, context_pad_mask)[:, -tokens.size(1) :], []
-        return self._logits(tokens, context, context_pad_mask), []
+            return self._logits(tokens_so_far, context, source_pad_mask)[:, -tokens.size(1) :], []
+        return self._logits(tokens, context, source_pad_mask), []
 
     def _logits(self, tokens, source, source_pad_mask):
         batch, length = tokens.shape
@@ -270,12 +275,12 @@ class CopyOracle(nn.Module):
 def test_metrics_of_a_perfect_and_a_flawed_model(arch):
     task = get_task(TaskConfig(name="copy", min_len=2, max_len=6))
     pairs = task.sample(40, torch.Generator().manual_seed(0))
-    perfect = evaluate(CopyOracle(task, arch), task, pairs, batch_size=16)
+    perfect = evaluate(CopyOracle(task, arch), get_framing(task, arch), pairs, batch_size=16)
     assert perfect["token_acc"] == 1.0 and perfect["seq_acc"] == 1.0
-    answers = greedy_answers(CopyOracle(task, arch), task, pairs)
+    answers = get_framing(task, arch).answers(CopyOracle(task, arch), pairs)
     assert answers == [pairs.example(i)[1] for i in range(40)]
 
-    flawed = evaluate(CopyOracle(task, arch, mistake_at=1), task, pairs, batch_size=16)
+    flawed = evaluate(CopyOracle(task, arch, mistake_at=1), get_framing(task, arch), pairs, batch_size=16)
     assert flawed["seq_acc"] == 0.0  # every example has an answer position 1 (min_len=2)
     assert 0.5 < flawed["token_acc"] < 1.0
 
@@ -287,7 +292,7 @@ def test_seq_acc_is_the_exact_match_rate_of_greedy_generation(arch):
     pairs = task.sample(60, torch.Generator().manual_seed(1))
     for mistake_at in (0, 1, 5):  # 5: only examples of length 6 are wrong
         oracle = CopyOracle(task, arch, mistake_at=mistake_at, mistake_if_first=set(task.vocab.encode("0 2 4 6 8")))
-        answers = greedy_answers(oracle, task, pairs)
+        answers = get_framing(task, arch).answers(oracle, pairs)
         generated = sum(answer == pairs.example(i)[1] for i, answer in enumerate(answers)) / len(pairs)
         assert 0.0 < generated < 1.0
-        assert evaluate(oracle, task, pairs, batch_size=16)["seq_acc"] == pytest.approx(generated)
+        assert evaluate(oracle, get_framing(task, arch), pairs, batch_size=16)["seq_acc"] == pytest.approx(generated)

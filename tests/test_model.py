@@ -5,6 +5,7 @@ import torch
 
 import tinytf
 from tinytf.config import config_from_dict
+from tinytf.framing import greedy_generate
 from tinytf.model import Transformer
 
 ARCHS = ["encoder", "decoder", "encoder-decoder"]
@@ -29,8 +30,8 @@ def sample_inputs(arch, batch=3, length=7, source_length=5):
 def test_explicit_and_fused_attention_paths_give_the_same_logits(arch, norm, positional):
     model = make_model(arch, norm=norm, positional=positional)
     tokens, source = sample_inputs(arch)
-    fused = model(tokens, source)
-    explicit, attention = model(tokens, source, return_attention=True)
+    fused = model(tokens, source=source)
+    explicit, attention = model(tokens, source=source, return_attention=True)
     torch.testing.assert_close(explicit, fused, atol=1e-5, rtol=1e-5)
     assert fused.shape == (3, 7, VOCAB)
 
@@ -53,12 +54,12 @@ def test_explicit_and_fused_attention_paths_give_the_same_logits(arch, norm, pos
 def test_decoder_is_causal(arch):
     model = make_model(arch)
     tokens, source = sample_inputs(arch, batch=1, length=9)
-    logits, attention = model(tokens, source, return_attention=True)
+    logits, attention = model(tokens, source=source, return_attention=True)
     for t in range(9 - 1):
         changed = tokens.clone()
         changed[0, t + 1 :] = (changed[0, t + 1 :] + 1) % VOCAB
         for return_attention in (False, True):
-            out = model(changed, source, return_attention=return_attention)
+            out = model(changed, source=source, return_attention=return_attention)
             out = out[0] if return_attention else out
             torch.testing.assert_close(out[:, : t + 1], logits[:, : t + 1], atol=1e-5, rtol=1e-5)
             assert not torch.allclose(out[:, t + 1 :], logits[:, t + 1 :])
@@ -96,9 +97,9 @@ def test_padding_does_not_change_real_positions(arch):
         source_pad_mask[1, short_source_len:] = True
 
     for return_attention in (False, True):
-        batched = model(tokens, source, pad_mask=pad_mask, source_pad_mask=source_pad_mask,
+        batched = model(tokens, source=source, pad_mask=pad_mask, source_pad_mask=source_pad_mask,
                         return_attention=return_attention)  # fmt: skip
-        alone = model(tokens[1:, :short_len], None if source is None else source[1:, :short_source_len],
+        alone = model(tokens[1:, :short_len], source=None if source is None else source[1:, :short_source_len],
                       return_attention=return_attention)  # fmt: skip
         if return_attention:
             batched, alone = batched[0], alone[0]
@@ -112,7 +113,7 @@ def test_fully_padded_sequences_give_finite_logits(arch):
     everything = torch.ones_like(tokens, dtype=torch.bool)
     source_everything = None if source is None else torch.ones_like(source, dtype=torch.bool)
     for return_attention in (False, True):
-        out = model(tokens, source, pad_mask=everything, source_pad_mask=source_everything,
+        out = model(tokens, source=source, pad_mask=everything, source_pad_mask=source_everything,
                     return_attention=return_attention)  # fmt: skip
         logits = out[0] if return_attention else out
         assert torch.isfinite(logits).all()
@@ -123,7 +124,7 @@ def test_fully_padded_sequences_give_finite_logits(arch):
 def test_gradients_reach_every_parameter(arch, tie_embeddings):
     model = make_model(arch, tie_embeddings=tie_embeddings, positional="learned", dropout=0.1).train()
     tokens, source = sample_inputs(arch)
-    model(tokens, source).sum().backward()
+    model(tokens, source=source).sum().backward()
     for name, parameter in model.named_parameters():
         assert parameter.grad is not None, name
         assert parameter.grad.abs().sum() > 0, name
@@ -137,12 +138,12 @@ def test_every_dimension_comes_from_the_config():
     assert model.token_embedding.weight.shape == (17, 24)
     assert model.decoder.layers[0].ffn.up.weight.shape == (40, 24)
     assert model.encoder.layers[0].self_attn.head_dim == 8
-    logits, attention = model(torch.zeros(2, 11, dtype=torch.long), torch.zeros(2, 4, dtype=torch.long),
+    logits, attention = model(torch.zeros(2, 11, dtype=torch.long), source=torch.zeros(2, 4, dtype=torch.long),
                               return_attention=True)  # fmt: skip
     assert logits.shape == (2, 11, 17)
     assert attention["decoder.0.cross"].shape == (2, 3, 11, 4)
     with pytest.raises(ValueError, match="max_len=11"):
-        model(torch.zeros(1, 12, dtype=torch.long), torch.zeros(1, 4, dtype=torch.long))
+        model(torch.zeros(1, 12, dtype=torch.long), source=torch.zeros(1, 4, dtype=torch.long))
 
 
 def test_tied_embeddings_share_one_matrix():
@@ -157,7 +158,59 @@ def test_source_is_required_exactly_for_encoder_decoder():
     with pytest.raises(ValueError, match="needs a `source`"):
         make_model("encoder-decoder")(tokens)
     with pytest.raises(ValueError, match="takes no `source`"):
-        make_model("decoder")(tokens, tokens)
+        make_model("decoder")(tokens, source=tokens)
+
+
+def test_source_is_keyword_only():
+    """model(src, tgt) and model(tgt, src) would both look plausible: neither is allowed."""
+    tokens, source = sample_inputs("encoder-decoder")
+    with pytest.raises(TypeError):
+        make_model("encoder-decoder")(tokens, source)
+
+
+def test_new_cache_without_a_decoder_is_a_clear_error():
+    with pytest.raises(ValueError, match="arch=encoder has no decoder: nothing to cache"):
+        make_model("encoder").new_cache()
+
+
+def test_decode_takes_a_context_exactly_for_encoder_decoder():
+    model = make_model("encoder-decoder")
+    tokens, source = sample_inputs("encoder-decoder")
+    with pytest.raises(ValueError, match="needs a `context`"):
+        model.decode(tokens)
+    with pytest.raises(TypeError):
+        model.decode(tokens, model.encode(source)[0])  # everything after tokens is a keyword
+    decoder_only = make_model("decoder")
+    with pytest.raises(ValueError, match="takes no `context`"):
+        decoder_only.decode(tokens, context=torch.zeros(3, 5, 16))
+
+
+@pytest.mark.parametrize("arch", ["decoder", "encoder-decoder"])
+def test_encode_and_decode_compose_to_forward(arch):
+    """The documented halves, with the same keyword names as forward(), give forward()'s results."""
+    model = make_model(arch)
+    tokens, source = sample_inputs(arch, batch=2, length=7, source_length=6)
+    pad_mask = torch.zeros(2, 7, dtype=torch.bool)
+    pad_mask[1, 5:] = True
+    source_pad_mask = None if source is None else torch.zeros(2, 6, dtype=torch.bool)
+    if source_pad_mask is not None:
+        source_pad_mask[1, 3:] = True
+
+    logits, attention = model(tokens, source=source, pad_mask=pad_mask, source_pad_mask=source_pad_mask,
+                              return_attention=True)  # fmt: skip
+    context, encoder_weights = None, []
+    if source is not None:
+        context, encoder_weights = model.encode(source, source_pad_mask, return_attention=True)
+    halves, decoder_weights = model.decode(
+        tokens, context=context, source_pad_mask=source_pad_mask, pad_mask=pad_mask, return_attention=True
+    )
+    torch.testing.assert_close(halves, logits)
+    torch.testing.assert_close(decoder_weights[0]["self"], attention["decoder.0.self"])
+    if source is not None:
+        torch.testing.assert_close(encoder_weights[0]["self"], attention["encoder.0.self"])
+        torch.testing.assert_close(decoder_weights[0]["cross"], attention["decoder.0.cross"])
+        assert decoder_weights[0]["cross"][1, :, :, 3:].abs().max() == 0  # source PADs get no weight
+    assert model.decode(tokens, context=context, source_pad_mask=source_pad_mask)[1] == [{}, {}]  # not asked
 
 
 def test_build_model_accepts_a_plain_dict_and_a_config():
@@ -174,23 +227,21 @@ def test_cached_decoding_matches_full_recomputation(arch, positional):
     model = make_model(arch, positional=positional)
     tokens, source = sample_inputs(arch, batch=2, length=7)
     context = model.encode(source)[0] if source is not None else None
-    full = model(tokens, source)
+    full = model(tokens, source=source)
     cache = model.new_cache()
     # a prefix, then single tokens, then two at once: every way generation feeds a cache
     pieces = [tokens[:, :3], tokens[:, 3:4], tokens[:, 4:5], tokens[:, 5:7]]
-    incremental = torch.cat([model.decode(piece, context, cache=cache)[0] for piece in pieces], dim=1)
+    incremental = torch.cat([model.decode(piece, context=context, cache=cache)[0] for piece in pieces], dim=1)
     torch.testing.assert_close(incremental, full, atol=1e-5, rtol=1e-5)
     assert cache[0].self_attn.length == 7
 
 
 @pytest.mark.parametrize("arch", ["decoder", "encoder-decoder"])
 def test_greedy_generation_with_and_without_cache_agree(arch):
-    from tinytf.evaluate import generate
-
     model = make_model(arch, positional="rope", max_len=40)
     prompt, source = sample_inputs(arch, batch=5, length=4, source_length=6)
     context = model.encode(source)[0] if source is not None else None
-    cached = generate(model, prompt, max_new=20, eos_id=3, context=context)
-    recomputed = generate(model, prompt, max_new=20, eos_id=3, context=context, use_cache=False)
+    cached = greedy_generate(model, prompt, max_new=20, eos_id=3, context=context)
+    recomputed = greedy_generate(model, prompt, max_new=20, eos_id=3, context=context, use_cache=False)
     assert cached == recomputed
     assert any(len(answer) > 3 for answer in cached)  # an untrained model rambles: many steps compared

@@ -7,11 +7,21 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
+import torch.nn.functional as F
+from torch.utils.flop_counter import FlopCounterMode
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 
 import bench  # noqa: E402
+import contenders  # noqa: E402
+
+# Two small shapes with different widths, depths, head counts and lengths (B x T tokens).
+SMALL_SHAPES = [
+    bench.Shape(vocab=20, seq=12, batch=3, d_model=32, heads=2, layers=1, d_ff=64),
+    bench.Shape(vocab=37, seq=9, batch=2, d_model=48, heads=3, layers=2, d_ff=80),
+]
 
 
 def run_script(*args: str) -> None:
@@ -38,15 +48,67 @@ def test_matmuls_only_does_the_products_the_flop_formula_counts(shape, monkeypat
     assert sum(counted) == 6 * weights * tokens + 12 * shape.layers * shape.seq * d * tokens
 
 
+@pytest.mark.parametrize("shape", SMALL_SHAPES, ids=["1-layer", "2-layer"])
+def test_flop_counter_counts_exactly_the_formula(shape):
+    # What MFU is computed from: FlopCounterMode over one forward and backward of the
+    # tinytf model as trained (the fused attention kernel), against 6 N tokens + 12 L T D tokens.
+    tokens = torch.randint(0, shape.vocab, (shape.batch, shape.seq))
+    counted = bench.counted_flops_per_step(contenders.tinytf_model(shape), tokens)
+    assert counted == bench.model_flops_per_step(shape)
+
+
+@pytest.mark.parametrize("shape", SMALL_SHAPES, ids=["1-layer", "2-layer"])
+def test_explicit_attention_counts_the_same_flops_without_our_kernel_formula(shape):
+    # With return_attention=True tinytf computes Q K^T and P V as plain matmuls, which
+    # PyTorch's own formulas count: a check on the formula bench.py adds for the CPU kernel.
+    model = contenders.tinytf_model(shape)
+    tokens = torch.randint(0, shape.vocab, (shape.batch, shape.seq))
+    with FlopCounterMode(display=False) as counter:
+        logits, _ = model(tokens, return_attention=True)
+        F.cross_entropy(logits.flatten(0, 1), tokens.flatten()).backward()
+    assert counter.get_total_flops() == bench.model_flops_per_step(shape)
+
+
+def test_matmul_floor_names_each_product_by_its_place_and_pass():
+    shape = SMALL_SHAPES[1]
+    products = bench.matmul_floor(shape)
+    names = [product.name for product in products]
+    assert len(set(names)) == len(names) == shape.layers * (4 * 3 + 6) + 3  # 4 linears + attention, + lm_head
+    assert names[:3] == ["layer 0 qkv_proj forward: X W^T", "layer 0 attention forward: scores Q K^T",
+                         "layer 0 attention forward: output P V"]  # fmt: skip
+    assert names[-1] == "layer 0 qkv_proj grad wrt weight: dY^T X"  # backward ends where forward began
+
+    def flops(selected):
+        with FlopCounterMode(display=False) as counter:
+            for product in selected:
+                product()
+        return counter.get_total_flops()
+
+    # Forward is a third of a step; attention is the 12 L T D tokens term.
+    tokens = shape.batch * shape.seq
+    assert 3 * flops(p for p in products if "forward" in p.name) == bench.model_flops_per_step(shape)
+    assert flops(p for p in products if "attention" in p.name) == 12 * shape.layers * shape.seq * shape.d_model * tokens
+
+
 def test_bench_runs_a_custom_shape_and_writes_json(tmp_path):
     out = tmp_path / "bench.json"
     shape = ["--d-model", "32", "--layers", "1", "--heads", "2", "--d-ff", "64", "--seq", "16", "--batch", "4"]
-    run_script("scripts/bench.py", *shape, "--rounds", "1", "--repeat", "1", "--skip-tasks", "--json", str(out))
+    run_script("scripts/bench.py", *shape, "--rounds", "1", "--repeat", "1", "--json", str(out))
     result = json.loads(out.read_text())
     rows = result["shapes"][0]["train"]
     assert {"tinytf", "torch-encoder", "textbook", bench.FLOOR} <= set(rows)
     assert all(row["step_ms"] > 0 for row in rows.values())
     assert result["shapes"][0]["ceiling_vs_torch_encoder"] > 0 and result["fixed_step_ms"] > 0
+    assert result["shapes"][0]["model_flops"] == result["shapes"][0]["model_flops_formula"]
+
+
+def test_bench_tasks_measures_the_tasks_asked_for(tmp_path):
+    out = tmp_path / "tasks.json"
+    tasks = ["copy", "text"]  # a symbol task, and the one that reads a file
+    run_script("scripts/bench_tasks.py", "--tasks", *tasks, "--rounds", "1", "--repeat", "1", "--json", str(out))
+    rows = json.loads(out.read_text())
+    assert [row["task"] for row in rows] == tasks
+    assert all(row["batch_ms"] > 0 and row["step_ms"] > 0 and row["share"] > 0 for row in rows)
 
 
 def test_train_configs_reports_time_to_target(tmp_path):

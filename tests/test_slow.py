@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from tinytf.config import load_config
+from tinytf.experiment import load_config
 from tinytf.training import train
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -222,7 +222,7 @@ def test_compiled_and_eager_training_give_the_same_losses(tmp_path):
 
 def test_optimizer_takes_the_configs_betas_and_decays_only_matrices():
     config = config_from_dict({"train": {"betas": [0.8, 0.98], "weight_decay": 0.1}})
-    optimizer = make_optimizer(build_model(config), config, torch.device("cpu"))
+    optimizer = make_optimizer(build_model(config), config.train, torch.device("cpu"))
     decayed, not_decayed = optimizer.param_groups
     assert decayed["betas"] == not_decayed["betas"] == (0.8, 0.98)
     assert decayed["weight_decay"] == 0.1 and not_decayed["weight_decay"] == 0.0

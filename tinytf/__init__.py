@@ -1,14 +1,38 @@
 """tinytf: build, train and look inside tiny Transformers.
 
-The two entry points for scripts and notebooks:
+The entry points for scripts and notebooks:
 
     import tinytf
     config = tinytf.load_config("configs/quickstart.yaml", overrides=["model.d_model=64"])
-    model = tinytf.build_model(config, vocab_size=32)
+    model = tinytf.build_model(config)                 # vocabulary from the config's task
+    result = tinytf.train(config, runs_dir="runs")     # a run folder with checkpoints
+    run = tinytf.load_run("runs/quickstart-...")       # model, task, framing, config
+
+Importing tinytf does not import torch; the first use of `build_model`, `train` or
+`load_run` does (so the command line starts fast).
 """
 
-from tinytf.config import Config, load_config
-from tinytf.errors import ConfigError, UserError
-from tinytf.model import build_model
+from __future__ import annotations
 
-__all__ = ["Config", "ConfigError", "UserError", "build_model", "load_config"]
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from tinytf.config import Config
+from tinytf.errors import ConfigError, UserError
+from tinytf.experiment import load_config
+
+if TYPE_CHECKING:
+    from tinytf.model import build_model
+    from tinytf.runs import load_run
+    from tinytf.training import train
+
+__all__ = ["Config", "ConfigError", "UserError", "build_model", "load_config", "load_run", "train"]
+
+_NEEDS_TORCH = {"build_model": "tinytf.model", "load_run": "tinytf.runs", "train": "tinytf.training"}
+
+
+def __getattr__(name: str) -> Any:
+    """`tinytf.build_model` and friends, imported on first use (PEP 562)."""
+    if name in _NEEDS_TORCH:
+        return getattr(importlib.import_module(_NEEDS_TORCH[name]), name)
+    raise AttributeError(f"module 'tinytf' has no attribute {name!r}")

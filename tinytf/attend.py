@@ -1,7 +1,7 @@
 """What each head attends to, for one input: the data behind `tinytf attend`, the
 TensorBoard attention images and the notebooks. Pure: it computes, the CLI formats.
 
-    report = attention_report(run.model, run.task, "3 1 2")
+    report = attention_report(run.model, run.framing, "3 1 2")
     for m in report.maps:            # one per stack, layer and kind
         m.name, m.weights.shape      # "decoder.0.self", (H, T_q, T_k)
 
@@ -15,13 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import torch
 from torch import nn
 
-from tinytf.data import IGNORE, Batch, frame
 from tinytf.errors import UserError
-from tinytf.evaluate import added_tokens, check_length, encode_input, greedy_answers
-from tinytf.tasks.base import Pairs, Task
+from tinytf.framing import Framing, eval_mode
 
 
 @dataclass
@@ -88,35 +85,14 @@ class AttentionReport:
             np.savez(file, **arrays)
 
 
-def input_batch(model: nn.Module, task: Task, text: str, target: str | None = None) -> tuple[Batch, list[int] | None]:
-    """The model input for typed `text`: framed as in training, with `target` as the
-    answer, or else the model's own greedy answer. Returns the batch of one and the answer."""
-    vocab, arch, max_len = task.vocab, model.config.arch, model.config.max_len
-    source = encode_input(task, text)
-    if task.language_model:
-        ids = [vocab.bos_id, *source] if task.starts_with_bos else source
-        check_length(len(ids), max_len)
-        return Batch(torch.tensor([ids]), torch.full((1, len(ids)), IGNORE)), None
-
-    check_length(len(source) + added_tokens(task, arch), max_len)
-    answer = None
-    if target is not None and arch != "encoder":
-        answer = encode_input(task, target, what="target")
-    elif arch != "encoder":
-        answer = greedy_answers(model, task, _single_pair(source, []))[0]
-    batch = frame(_single_pair(source, answer or []), task, arch)
-    check_length(batch.tokens.size(1), max_len)
-    return batch, answer
-
-
-@torch.no_grad()
-def attention_report(model: nn.Module, task: Task, text: str, target: str | None = None) -> AttentionReport:
+def attention_report(model: nn.Module, framing: Framing, text: str, target: str | None = None) -> AttentionReport:
     """Run `model` on typed `text` (and `target`, else its own greedy answer) and collect
     every attention map, labelled with its tokens."""
-    vocab = task.vocab
-    batch, answer = input_batch(model, task, text, target)
+    vocab = framing.vocab
+    batch, answer = framing.typed_batch(model, text, target)
     device = next(model.parameters()).device
-    _, weights = model(**batch.to(device).model_inputs(), return_attention=True)
+    with eval_mode(model):
+        _, weights = model(**batch.to(device).model_inputs(), return_attention=True)
 
     tokens = vocab.decode(batch.tokens[0].tolist())
     source_tokens = vocab.decode(batch.source[0].tolist()) if batch.source is not None else None
@@ -128,8 +104,3 @@ def attention_report(model: nn.Module, task: Task, text: str, target: str | None
         keys = source_tokens if reads_source or kind == "cross" else tokens
         maps.append(AttentionMap(stack, int(layer), kind, queries, keys, w[0].float().cpu().numpy()))
     return AttentionReport(tokens, source_tokens, None if answer is None else vocab.decode(answer), maps)
-
-
-def _single_pair(source: list[int], target: list[int]) -> Pairs:
-    target_ids = torch.tensor([target]) if target else torch.zeros(1, 0, dtype=torch.long)
-    return Pairs(torch.tensor([source]), torch.tensor([len(source)]), target_ids, torch.tensor([len(target)]))

@@ -1,16 +1,14 @@
 """Checkpoints: written atomically, read without ever running code from the file.
 
-A checkpoint is a plain dict of tensors, numbers and strings saved with `torch.save`.
-Saving writes a temporary file in the same folder, flushes it to disk and renames it
-over the old one: a crash or kill at any moment leaves either the old or the new
-checkpoint, never half of one. Loading uses `torch.load(weights_only=True)`, which
+A checkpoint is a plain dict of tensors, numbers and strings saved with `torch.save`,
+written atomically (`files.atomic_writer`): a crash or kill at any moment leaves either
+the old or the new checkpoint, never half of one. Loading uses `torch.load(weights_only=True)`, which
 refuses any pickled object that is not such plain data, so a tampered file cannot
 execute code.
 """
 
 from __future__ import annotations
 
-import os
 import pickle
 import warnings
 from pathlib import Path
@@ -19,6 +17,7 @@ from typing import Any
 import torch
 
 from tinytf.errors import UserError, first_line
+from tinytf.files import atomic_writer
 
 FORMAT = "tinytf-checkpoint-1"
 
@@ -29,17 +28,8 @@ class CheckpointError(UserError):
 
 def save_checkpoint(state: dict[str, Any], path: str | Path) -> None:
     """Atomically write `state` (plain data and tensors) to `path`."""
-    path = Path(path)
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        with open(temporary, "wb") as file:
-            torch.save({"format": FORMAT, **state}, file)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(temporary, path)  # atomic on POSIX and Windows
-    finally:
-        temporary.unlink(missing_ok=True)
-    _fsync_folder(path.parent)
+    with atomic_writer(path) as file:
+        torch.save({"format": FORMAT, **state}, file)
 
 
 def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
@@ -56,17 +46,3 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
     if not isinstance(state, dict) or state.get("format") != FORMAT:
         raise CheckpointError(f"{path}: not a tinytf checkpoint (expected format {FORMAT!r})")
     return state
-
-
-def _fsync_folder(folder: Path) -> None:
-    """Make the rename itself durable (POSIX); a no-op where folders cannot be opened."""
-    try:
-        descriptor = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(descriptor)
-    except OSError:
-        pass
-    finally:
-        os.close(descriptor)

@@ -2,6 +2,8 @@
 
 Each command parses its options, calls one library function and formats the result.
 A `UserError` raised anywhere below becomes one line on stderr and exit code 2.
+Modules that import torch are imported inside the commands that need them, so
+`tinytf --help`, `tinytf COMMAND --help` and `tinytf config show` start at once.
 """
 
 from __future__ import annotations
@@ -16,9 +18,8 @@ from typing import Annotated, TypeVar
 
 import typer
 
-from tinytf.config import dump_config, load_config
 from tinytf.errors import UserError
-from tinytf.tasks import describe_tasks
+from tinytf.experiment import describe_tasks, dump_checked_config, load_config, load_run_config
 
 app = typer.Typer(
     help="Build, train and look inside tiny Transformers.",
@@ -107,7 +108,7 @@ def train(
         if config is not None:
             raise UserError("--resume continues a run with its own config: drop CONFIG (use --set to change it)")
         resume = resolve_run(resume)
-        resolved = load_config(resume / CONFIG_FILE, overrides)
+        resolved = load_run_config(resume / CONFIG_FILE, overrides)
     elif config is None:
         with resources.as_file(resources.files("tinytf") / QUICKSTART) as path:
             resolved = load_config(path, overrides)
@@ -170,7 +171,7 @@ def attend(
     from tinytf.runs import load_run, resolve_run
 
     loaded = load_run(resolve_run(run, runs_dir), checkpoint.value)
-    report = attention_report(loaded.model, loaded.task, text, target).select(layer, head)
+    report = attention_report(loaded.model, loaded.framing, text, target).select(layer, head)
 
     if output_format is AttendFormat.table:
         from tinytf.viz import terminal_heatmap
@@ -250,7 +251,7 @@ def predict(
     else:
         inputs = [text]
     loaded = load_run(resolve_run(run, runs_dir), checkpoint.value)
-    for source, answer in predict_answers(loaded.model, loaded.task, inputs):
+    for source, answer in predict_answers(loaded.model, loaded.framing, inputs):
         if output_format is PredictFormat.json:
             typer.echo(json.dumps({"input": source, "output": answer}, ensure_ascii=False))
         else:
@@ -279,7 +280,7 @@ def evaluate_run(
     if n is not None and n > len(held_out):
         raise UserError(f"--n {n}: the run's held-out set has {len(held_out)} examples (task.eval_size)")
     held_out = held_out if n is None else held_out[:n]
-    metrics = evaluate(loaded.model, loaded.task, held_out)
+    metrics = evaluate(loaded.model, loaded.framing, held_out)
     typer.echo(f"run {loaded.run_dir} ({checkpoint.value} checkpoint, step {loaded.step}), "
                f"{len(held_out)} held-out examples")  # fmt: skip
     for key, value in metrics.items():
@@ -340,7 +341,7 @@ def config_show(
 
     Example: tinytf config show configs/quickstart.yaml --set model.d_model=64
     """
-    typer.echo(dump_config(load_config(config, overrides or ())), nl=False)
+    typer.echo(dump_checked_config(load_config(config, overrides or ())), nl=False)
 
 
 def main() -> None:

@@ -8,19 +8,25 @@ A config file only states what differs from the defaults below:
     train:
       lr: 3e-4
 
-`load_config(path, overrides)` reads the file with `yaml.safe_load` (no code is ever
+`read_config(path, overrides)` reads the file with `yaml.safe_load` (no code is ever
 executed), applies dotted overrides such as ``model.d_model=64`` and validates the
 result into frozen dataclass-like models (pydantic). Every mistake becomes a
-`ConfigError` whose one-line message names the file, the key, the bad value and what
-is allowed, e.g.::
+`ConfigError` whose one-line message names the file (or the `--set` at fault), the key,
+the bad value and what is allowed, e.g.::
 
     configs/x.yaml: model.d_modle: unknown key (did you mean 'd_model'?)
+
+This module is a pure schema: it imports nothing of tinytf but its error types, and
+knows no task. The checks that need the task registry (the task exists, fits the
+architecture, uses the keys set, fits model.max_len) live one layer up, in
+`tinytf.experiment`, and run through the `check` hook of the readers below: use
+`tinytf.load_config`, which does both.
 """
 
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -47,9 +53,22 @@ class Section(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
+class ConfigProblem(ConfigError):
+    """A config that passes the schema but fails a check of the layer above it (see
+    `tinytf.experiment`). `keys` are the dotted keys at fault: the message then names
+    the file or the `--set` that gave them."""
+
+    def __init__(self, message: str, *keys: str) -> None:
+        super().__init__(message)
+        self.keys = keys
+
+
+Check = Callable[["Config"], None]  # raises ConfigProblem
+
+
 class TaskConfig(Section):
-    """Which toy task to train on, and its knobs (`tinytf tasks` lists the tasks).
-    Keys a task does not use are ignored by it."""
+    """Which toy task to train on, and its knobs (`tinytf tasks` lists the tasks and
+    the keys each one uses; setting a key the task does not use is an error)."""
 
     name: str = "sort"
     vocab_size: PositiveInt = 10  # symbol tasks: how many distinct input symbols
@@ -61,20 +80,6 @@ class TaskConfig(Section):
     path: str | None = None  # text: the UTF-8 file to model
     tokenizer: Literal["char", "word"] = "char"  # text: how to split it
     eval_size: PositiveInt = 1000  # held-out examples, disjoint from training
-
-    @model_validator(mode="after")
-    def _check_task(self) -> TaskConfig:
-        from tinytf.tasks import TASKS  # the registry imports torch: load it only when validating
-
-        if self.name not in TASKS:
-            suggestion = difflib.get_close_matches(self.name, TASKS, n=1)
-            hint = f"did you mean '{suggestion[0]}'? " if suggestion else ""
-            raise ValueError(f"name={self.name!r} is not a task; {hint}known tasks: {', '.join(TASKS)}")
-        if self.min_len > self.max_len:
-            raise ValueError(f"min_len={self.min_len} is greater than max_len={self.max_len}")
-        if self.name == "text" and not self.path:
-            raise ValueError("name=text needs path: the text file to model")
-        return self
 
 
 class ModelConfig(Section):
@@ -167,25 +172,6 @@ class Config(Section):
     log: LogConfig = LogConfig()
     seed: Int = 0
 
-    @model_validator(mode="after")
-    def _check_task_fits_model(self) -> Config:
-        from tinytf.data import model_lengths
-        from tinytf.tasks import TASKS
-
-        task = TASKS[self.task.name]
-        if self.model.arch not in task.archs:
-            raise ValueError(
-                f"task {task.name!r} does not work with model.arch={self.model.arch}; "
-                f"it works with: {', '.join(task.archs)}"
-            )
-        longest = max(model_lengths(task(self.task), self.model.arch))
-        if longest > self.model.max_len:
-            raise ValueError(
-                f"model.max_len={self.model.max_len} is too short: task {task.name!r} with "
-                f"arch={self.model.arch} makes sequences of up to {longest} tokens"
-            )
-        return self
-
     def to_dict(self) -> dict[str, Any]:
         """Plain, YAML-ready data: `config_from_dict(c.to_dict()) == c`."""
         return self.model_dump(mode="json")
@@ -194,8 +180,8 @@ class Config(Section):
 # --------------------------------------------------------------------------- loading
 
 
-def load_config(path: str | Path, overrides: Iterable[str] = ()) -> Config:
-    """Read a YAML config file, apply ``KEY=VALUE`` overrides, validate.
+def read_config(path: str | Path, overrides: Iterable[str] = (), check: Check | None = None) -> Config:
+    """Read a YAML config file, apply ``KEY=VALUE`` overrides, validate, then run `check`.
 
     Raises `ConfigError` with a one-line message for every user mistake.
     """
@@ -208,11 +194,18 @@ def load_config(path: str | Path, overrides: Iterable[str] = ()) -> Config:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as err:
         raise ConfigError(f"{path}: cannot read config file: {err}") from None
-    return parse_config(text, overrides, source=str(path))
+    return parse_config(text, overrides, source=str(path), check=check)
 
 
-def parse_config(text: str, overrides: Iterable[str] = (), source: str = "<config>") -> Config:
-    """Validate a YAML document (see `load_config`); `source` names it in errors."""
+def parse_config(
+    text: str, overrides: Iterable[str] = (), source: str = "<config>", check: Check | None = None
+) -> Config:
+    """Validate a YAML document (see `read_config`); `source` names it in errors."""
+    return config_from_dict(parse_yaml(text, source), overrides, source, check)
+
+
+def parse_yaml(text: str, source: str = "<config>") -> dict[str, Any]:
+    """A YAML document -> its mapping of sections, unvalidated (`yaml.safe_load`: no tags run)."""
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as err:
@@ -222,11 +215,13 @@ def parse_config(text: str, overrides: Iterable[str] = (), source: str = "<confi
     if not isinstance(data, dict):
         sections = ", ".join(Config.model_fields)
         raise ConfigError(f"{source}: expected a mapping of sections ({sections}), got {_kind(data)}")
-    return config_from_dict(data, overrides, source=source)
+    return data
 
 
-def config_from_dict(data: Mapping[str, Any], overrides: Iterable[str] = (), source: str = "<dict>") -> Config:
-    """Validate plain data shaped like the YAML file into a `Config`."""
+def config_from_dict(
+    data: Mapping[str, Any], overrides: Iterable[str] = (), source: str = "<dict>", check: Check | None = None
+) -> Config:
+    """Validate plain data shaped like the YAML file into a `Config`, then run `check`."""
     data = _deep_copy(data)
     override_sources: dict[tuple[str, ...], str] = {}
     for text in overrides:
@@ -234,18 +229,27 @@ def config_from_dict(data: Mapping[str, Any], overrides: Iterable[str] = (), sou
         _set_dotted(data, key_path, value, text)
         override_sources[key_path] = f"--set {text}"
     try:
-        return Config.model_validate(data)
+        config = Config.model_validate(data)
     except ValidationError as err:
         raise ConfigError(_describe_validation_error(err, source, override_sources)) from None
+    if check is not None:
+        try:
+            check(config)
+        except ConfigProblem as problem:
+            locs = [tuple(key.split(".")) for key in problem.keys]
+            where = next((_override_at(loc, override_sources) for loc in locs if _override_at(loc, override_sources)),
+                         source)  # fmt: skip
+            raise ConfigError(f"{where}: {problem}") from None
+    return config
 
 
-def save_config(config: Config, path: str | Path) -> None:
-    """Write the fully resolved config as YAML (every key, defaults included)."""
-    Path(path).write_text(dump_config(config), encoding="utf-8")
-
-
-def dump_config(config: Config) -> str:
-    return yaml.safe_dump(config.to_dict(), sort_keys=False)
+def dump_config(config: Config, task_keys: Collection[str] | None = None) -> str:
+    """The config as YAML, every key with its value (defaults included). `task_keys`,
+    if given, are the task section's keys to keep (the ones its task uses)."""
+    data = config.to_dict()
+    if task_keys is not None:
+        data["task"] = {key: value for key, value in data["task"].items() if key in task_keys}
+    return yaml.safe_dump(data, sort_keys=False)
 
 
 # --------------------------------------------------------------------------- overrides
@@ -301,12 +305,16 @@ def _describe_validation_error(err: ValidationError, source: str, override_sourc
     messages = []
     for error in err.errors():
         loc = tuple(str(part) for part in error["loc"])
-        # The override that set this key, or one above it (train.betas for train.betas.1).
-        where = next((override_sources[loc[:n]] for n in range(len(loc), 0, -1) if loc[:n] in override_sources), source)
+        where = _override_at(loc, override_sources) or source
         messages.append(f"{where}: {_describe_one_error(error, loc)}")
     if len(messages) == 1:
         return messages[0]
     return f"{messages[0]} (and {len(messages) - 1} more: {'; '.join(messages[1:])})"
+
+
+def _override_at(loc: tuple[str, ...], override_sources: dict[tuple[str, ...], str]) -> str | None:
+    """The override that set the key at `loc`, or one above it (train.betas for train.betas.1)."""
+    return next((override_sources[loc[:n]] for n in range(len(loc), 0, -1) if loc[:n] in override_sources), None)
 
 
 def _describe_one_error(error: dict[str, Any], loc: tuple[str, ...]) -> str:

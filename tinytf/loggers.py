@@ -1,25 +1,27 @@
 """Where training reports go. The training loop never prints: it calls these.
 
-`Logger` is the interface (every method a no-op, so an implementation overrides only
-what it cares about). Implementations: `MetricsFileLogger` (metrics.jsonl),
-`TensorBoardLogger` (scalars, attention images, text samples, hparams) and
-`ProgressBarLogger` (a tqdm bar on the terminal, used by the CLI).
+`Logger` is the interface, a `typing.Protocol`: any object with these six methods is a
+logger. `NullLogger` implements each as a no-op, so a logger that cares about a few
+reports subclasses it and overrides only those. Implementations: `MetricsFileLogger`
+(metrics.jsonl), `TensorBoardLogger` (scalars, attention images, text samples,
+hparams), `ProgressBarLogger` (a tqdm bar on the terminal, used by the CLI) and
+`RecordingLogger` (keeps every report in a list: for tests and notebooks).
 """
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     from tinytf.attend import AttentionReport
     from tinytf.config import Config
 
 
-class Logger:
-    def start(self, run_dir: Path, config: Config, start_step: int) -> None:
-        """Training begins (or resumes) at `start_step` in `run_dir`."""
+class Logger(Protocol):
+    def start(self, run_dir: Path | None, start_step: int) -> None:
+        """Training begins (or resumes) at `start_step`, in `run_dir` if it has one."""
 
     def step(self, step: int) -> None:
         """Step `step` is done. Called every step: keep it cheap."""
@@ -33,11 +35,59 @@ class Logger:
     def text(self, step: int, tag: str, markdown: str) -> None:
         """A text sample, e.g. predictions next to targets."""
 
-    def finish(self, step: int, config: Config, final: dict[str, float]) -> None:
+    def finish(self, step: int, final: dict[str, float]) -> None:
         """Training ended (completed, stopped early or interrupted) with these metrics."""
 
 
-class MetricsFileLogger(Logger):
+class NullLogger:
+    """Ignores every report; subclass it and override what you need."""
+
+    def start(self, run_dir: Path | None, start_step: int) -> None:
+        pass
+
+    def step(self, step: int) -> None:
+        pass
+
+    def metrics(self, step: int, split: str, values: dict[str, float]) -> None:
+        pass
+
+    def attention(self, step: int, sample: str, report: AttentionReport) -> None:
+        pass
+
+    def text(self, step: int, tag: str, markdown: str) -> None:
+        pass
+
+    def finish(self, step: int, final: dict[str, float]) -> None:
+        pass
+
+
+class RecordingLogger(NullLogger):
+    """Keeps every report as (method, arguments) in `records`, except the per-step calls."""
+
+    def __init__(self) -> None:
+        self.records: list[tuple[str, tuple[Any, ...]]] = []
+
+    def start(self, run_dir: Path | None, start_step: int) -> None:
+        self.records.append(("start", (run_dir, start_step)))
+
+    def metrics(self, step: int, split: str, values: dict[str, float]) -> None:
+        self.records.append(("metrics", (step, split, values)))
+
+    def attention(self, step: int, sample: str, report: AttentionReport) -> None:
+        self.records.append(("attention", (step, sample, report)))
+
+    def text(self, step: int, tag: str, markdown: str) -> None:
+        self.records.append(("text", (step, tag, markdown)))
+
+    def finish(self, step: int, final: dict[str, float]) -> None:
+        self.records.append(("finish", (step, final)))
+
+    def of(self, method: str) -> list[tuple[Any, ...]]:
+        """The arguments of every `method` report, in order."""
+        return [args for name, args in self.records if name == method]
+
+
+class MetricsFileLogger(NullLogger):
     """Appends one JSON object per logged point to `metrics.jsonl`."""
 
     def __init__(self, path: Path) -> None:
@@ -48,17 +98,21 @@ class MetricsFileLogger(Logger):
             file.write(json.dumps({"step": step, "split": split, **values}) + "\n")
 
 
-class TensorBoardLogger(Logger):
+class TensorBoardLogger(NullLogger):
     """Scalars as `<split>/<metric>`, attention maps as images under
     `attention/<sample>/<stack>.<layer>.<kind>`, predictions as text, config as hparams."""
 
-    def __init__(self, log_dir: Path) -> None:
-        from torch.utils.tensorboard import SummaryWriter
-
+    def __init__(self, log_dir: Path, config: Config) -> None:
         from tinytf.viz import LayerImages  # matplotlib itself loads only when a figure is drawn
 
-        self.writer = SummaryWriter(log_dir=str(log_dir))
+        self.log_dir, self.config = log_dir, config  # the config is logged as hparams
+        self.writer = None  # opened at start(): nothing is written before training begins
         self.images = LayerImages()
+
+    def start(self, run_dir: Path | None, start_step: int) -> None:
+        from torch.utils.tensorboard import SummaryWriter
+
+        self.writer = SummaryWriter(log_dir=str(self.log_dir))
 
     def metrics(self, step: int, split: str, values: dict[str, float]) -> None:
         for key, value in values.items():
@@ -72,12 +126,12 @@ class TensorBoardLogger(Logger):
     def text(self, step: int, tag: str, markdown: str) -> None:
         self.writer.add_text(tag, markdown, step)
 
-    def finish(self, step: int, config: Config, final: dict[str, float]) -> None:
+    def finish(self, step: int, final: dict[str, float]) -> None:
         from torch.utils.tensorboard.summary import hparams
 
         # Written into this run's own event file (SummaryWriter.add_hparams would make a sub-run).
         metrics = {f"hparam/{key}": value for key, value in final.items()}
-        experiment, session_start, session_end = hparams(_flatten(config.to_dict()), metrics)
+        experiment, session_start, session_end = hparams(_flatten(self.config.to_dict()), metrics)
         for summary in (experiment, session_start, session_end):
             self.writer.file_writer.add_summary(summary)
         for key, value in metrics.items():
@@ -86,7 +140,7 @@ class TensorBoardLogger(Logger):
         self.writer.close()
 
 
-class ProgressBarLogger(Logger):
+class ProgressBarLogger(NullLogger):
     """A tqdm progress bar showing step, loss, accuracy and tokens/s."""
 
     def __init__(self, total_steps: int) -> None:
@@ -94,10 +148,11 @@ class ProgressBarLogger(Logger):
         self.bar = None
         self.postfix: dict[str, str] = {}
 
-    def start(self, run_dir: Path, config: Config, start_step: int) -> None:
+    def start(self, run_dir: Path | None, start_step: int) -> None:
         from tqdm import tqdm
 
-        self.bar = tqdm(total=self.total_steps, initial=start_step, unit="step", dynamic_ncols=True, desc=run_dir.name)
+        name = run_dir.name if run_dir is not None else "training"
+        self.bar = tqdm(total=self.total_steps, initial=start_step, unit="step", dynamic_ncols=True, desc=name)
 
     def step(self, step: int) -> None:
         self.bar.update(step - self.bar.n)
@@ -110,7 +165,7 @@ class ProgressBarLogger(Logger):
             self.postfix.update(val_seq_acc=f"{values['seq_acc']:.3f}")
         self.bar.set_postfix(self.postfix, refresh=False)
 
-    def finish(self, step: int, config: Config, final: dict[str, float]) -> None:
+    def finish(self, step: int, final: dict[str, float]) -> None:
         self.bar.close()
 
 

@@ -21,8 +21,10 @@ from pathlib import Path
 import torch
 
 from tinytf.checkpoint import CheckpointError, load_checkpoint
-from tinytf.config import Config, load_config
+from tinytf.config import Config
 from tinytf.errors import UserError, first_line
+from tinytf.experiment import load_run_config
+from tinytf.framing import Framing, get_framing
 from tinytf.model import Transformer, build_model
 from tinytf.tasks import Task, get_task
 from tinytf.tasks.vocab import Vocabulary
@@ -86,7 +88,8 @@ class LoadedRun:
     run_dir: Path
     config: Config
     task: Task
-    model: Transformer
+    framing: Framing
+    model: Transformer  # in eval mode
     step: int  # the training step the checkpoint was saved at
 
     @property
@@ -94,11 +97,18 @@ class LoadedRun:
         return self.task.vocab
 
 
-def load_run(run_dir: Path, which: str = "best", device: str | torch.device = "cpu") -> LoadedRun:
-    """A trained model from its run folder, with its task and saved vocabulary."""
-    config = load_config(run_dir / CONFIG_FILE)
+def load_task(run_dir: Path, config: Config) -> Task:
+    """The run's task, with the vocabulary saved in the run (the task's data may be gone)."""
     task = get_task(config.task)
-    task.vocab = Vocabulary.load(run_dir / VOCAB_FILE)  # the saved one: the task's data may be gone
+    task.vocab = Vocabulary.load(Path(run_dir) / VOCAB_FILE)
+    return task
+
+
+def load_run(run_dir: str | Path, which: str = "best", device: str | torch.device = "cpu") -> LoadedRun:
+    """A trained model from its run folder, with its task, framing and saved vocabulary."""
+    run_dir = resolve_run(run_dir)
+    config = load_run_config(run_dir / CONFIG_FILE)
+    task = load_task(run_dir, config)
     path = checkpoint_path(run_dir, which)
     if not path.exists():
         raise UserError(f"{run_dir}: no {which} checkpoint yet ({path.relative_to(run_dir)}); train longer or wait")
@@ -108,4 +118,5 @@ def load_run(run_dir: Path, which: str = "best", device: str | torch.device = "c
         model.load_state_dict(state["model"])
     except (RuntimeError, KeyError) as err:
         raise CheckpointError(f"{path}: does not fit the run's config ({first_line(err)})") from None
-    return LoadedRun(run_dir, config, task, model.to(device).eval(), int(state.get("step", 0)))
+    framing = get_framing(task, config.model.arch)
+    return LoadedRun(run_dir, config, task, framing, model.to(device).eval(), int(state.get("step", 0)))

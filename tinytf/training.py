@@ -1,5 +1,6 @@
-"""The training loop. It knows nothing about how a model is built or a task made: it
-asks `build_model` and the task registry, and reports only through `Logger`s.
+"""The training loop. `Trainer` is given its parts -- a built model, the task's data and
+framing, the optimizer settings and a list of loggers -- and knows nothing of how they
+were made; `train(config, ...)` assembles them from a config and a run folder.
 
     result = train(load_config("configs/quickstart.yaml"), runs_dir="runs")
     result.run_dir, result.best
@@ -8,7 +9,9 @@ One step: a batch from the task's stream -> forward -> cross-entropy on the answ
 backward -> gradient clipping -> AdamW -> learning-rate schedule (linear warm-up, then
 cosine decay to a tenth of `train.lr`). Every `train.eval_every` steps the held-out set
 is scored; the best score so far is kept as checkpoints/best.pt, the latest state as
-checkpoints/last.pt every `train.checkpoint_every` steps and at the end.
+checkpoints/last.pt every `train.checkpoint_every` steps and at the end. Predictions
+and attention maps are logged in eval mode, without gradients: logging never changes
+the training run.
 
 Ctrl-C (SIGINT) asks the loop to stop at the end of the current step; it saves
 last.pt and returns with `interrupted=True`. A second Ctrl-C stops at once.
@@ -32,15 +35,16 @@ from torch import nn
 
 from tinytf.attend import attention_report
 from tinytf.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
-from tinytf.config import Config, save_config
-from tinytf.data import IGNORE, TaskData, frame
+from tinytf.config import Config, LogConfig, TrainConfig
+from tinytf.data import TaskData
 from tinytf.errors import UserError, first_line
-from tinytf.evaluate import evaluate, greedy_answers, scored_loss
+from tinytf.evaluate import Correct, evaluate, scored_loss
+from tinytf.experiment import check_config, save_config
+from tinytf.framing import Framing, get_framing
 from tinytf.loggers import Logger, MetricsFileLogger, TensorBoardLogger
 from tinytf.model import build_model
-from tinytf.runs import CONFIG_FILE, METRICS_FILE, VOCAB_FILE, checkpoint_path, create_run_dir
-from tinytf.tasks import Task, get_task
-from tinytf.tasks.vocab import Vocabulary
+from tinytf.runs import CONFIG_FILE, METRICS_FILE, VOCAB_FILE, checkpoint_path, create_run_dir, load_task
+from tinytf.tasks import get_task
 
 N_ATTENTION_SAMPLES = 2  # inputs whose attention maps are logged (the task's showcase first)
 N_TEXT_SAMPLES = 4  # held-out examples whose predictions are logged as text
@@ -48,11 +52,11 @@ N_TEXT_SAMPLES = 4  # held-out examples whose predictions are logged as text
 
 @dataclass
 class TrainResult:
-    run_dir: Path
+    run_dir: Path | None  # None when the Trainer was given no run folder
     step: int
     interrupted: bool
     final: dict[str, float]  # the last validation metrics
-    best: dict[str, float]  # the validation metrics of checkpoints/best.pt
+    best: dict[str, float]  # the validation metrics of the best checkpoint
 
 
 def select_device(requested: str) -> torch.device:
@@ -77,14 +81,14 @@ def learning_rate_factor(step: int, warmup_steps: int, total_steps: int) -> floa
     return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(progress, 1.0)))
 
 
-def make_optimizer(model: nn.Module, config: Config, device: torch.device) -> torch.optim.AdamW:
+def make_optimizer(model: nn.Module, settings: TrainConfig, device: torch.device) -> torch.optim.AdamW:
     """AdamW; weight decay on matrices only (not on biases, LayerNorm gains or position tables)."""
     decay, no_decay = [], []
     for name, parameter in model.named_parameters():
         (decay if parameter.dim() >= 2 and "positions" not in name else no_decay).append(parameter)
-    groups = [{"params": decay, "weight_decay": config.train.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    groups = [{"params": decay, "weight_decay": settings.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
     # The fused kernel updates every tensor at once: several times faster than the default loop.
-    return torch.optim.AdamW(groups, lr=config.train.lr, betas=config.train.betas, fused=device.type in ("cpu", "cuda"))
+    return torch.optim.AdamW(groups, lr=settings.lr, betas=settings.betas, fused=device.type in ("cpu", "cuda"))
 
 
 def train(
@@ -95,48 +99,71 @@ def train(
     resume: Path | None = None,
     loggers: Sequence[Logger] = (),
 ) -> TrainResult:
-    """Train `config` in a new run folder under `runs_dir` (or continue the run `resume`)."""
-    return Trainer(config, runs_dir, name, resume, loggers).run()
+    """Train `config` in a new run folder under `runs_dir` (or continue the run `resume`).
+
+    The run folder gets config.yaml, vocab.json, checkpoints, metrics.jsonl and
+    TensorBoard events; `loggers` receive the same reports (e.g. a progress bar).
+    """
+    check_config(config)
+    device = select_device(config.train.device)
+    torch.manual_seed(config.seed)  # the model's initial weights
+    task = load_task(resume, config) if resume is not None else get_task(config.task)
+    state = load_checkpoint(checkpoint_path(resume, "last")) if resume is not None else None
+    data = TaskData(task, config.seed, config.task.eval_size)
+    model = build_model(config, vocab_size=len(task.vocab)).to(device)
+    if resume is None:  # only now, once the config and the task's data have proven usable
+        run_dir = create_run_dir(runs_dir, name)
+        task.vocab.save(run_dir / VOCAB_FILE)
+    else:
+        run_dir = resume
+    file_loggers = [MetricsFileLogger(run_dir / METRICS_FILE), TensorBoardLogger(run_dir, config)]
+    trainer = Trainer(model, get_framing(task, config.model.arch), data, config.train, config.log,
+                      [*file_loggers, *loggers], device=device, run_dir=run_dir)  # fmt: skip
+    if state is not None:
+        trainer.load_state_dict(state)
+    save_config(config, run_dir / CONFIG_FILE)  # after a resume: the config it continues with
+    return trainer.run()
 
 
 class Trainer:
-    """The state of one training run and the loop over it (see the module docstring)."""
+    """Trains `model` on `data`, framed by `framing`, reporting to `loggers`.
+
+    settings: the optimisation (steps, batch size, learning rate and schedule, AdamW,
+        clipping, evaluation and checkpoint intervals, early stopping, compile).
+    log: how often to log metrics and attention maps.
+    run_dir: where checkpoints go (checkpoints/last.pt and best.pt); None keeps none.
+    """
 
     def __init__(
-        self, config: Config, runs_dir: str | Path, name: str, resume: Path | None, loggers: Sequence[Logger]
+        self,
+        model: nn.Module,
+        framing: Framing,
+        data: TaskData,
+        settings: TrainConfig,
+        log: LogConfig,
+        loggers: Sequence[Logger] = (),
+        *,
+        device: torch.device | str = "cpu",
+        run_dir: Path | None = None,
     ) -> None:
-        self.config = config
-        self.device = select_device(config.train.device)
-        torch.manual_seed(config.seed)  # the model's initial weights
-        self.task = get_task(config.task)
-        state = None
-        if resume is not None:
-            self.task.vocab = Vocabulary.load(resume / VOCAB_FILE)
-            state = load_checkpoint(checkpoint_path(resume, "last"))
-        self.data = TaskData(self.task, config.seed, config.task.eval_size)
-        self.model = build_model(config, vocab_size=len(self.task.vocab)).to(self.device)
-        self.optimizer = make_optimizer(self.model, config, self.device)
+        self.model, self.framing, self.data = model, framing, data
+        self.settings, self.log, self.loggers = settings, log, list(loggers)
+        self.device, self.run_dir = torch.device(device), run_dir
+        self.optimizer = make_optimizer(model, settings, self.device)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
-            self.optimizer, lambda step: learning_rate_factor(step, config.train.warmup_steps, config.train.steps)
+            self.optimizer, lambda step: learning_rate_factor(step, settings.warmup_steps, settings.steps)
         )
         self.step = 0
         self.saved_step = 0  # the step of checkpoints/last.pt
         self.best_score: list[float] | None = None  # (seq_acc, -loss) of checkpoints/best.pt
         self.best: dict[str, float] = {}
         self.final: dict[str, float] = {}
-        if state is not None:
-            self._restore(state)
-            self.run_dir = resume
-        else:  # only now, once the config and the task's data have proven usable
-            self.run_dir = create_run_dir(runs_dir, name)
-            self.task.vocab.save(self.run_dir / VOCAB_FILE)
-        save_config(config, self.run_dir / CONFIG_FILE)  # after a resume: the config it continues with
-        self.loggers = [MetricsFileLogger(self.run_dir / METRICS_FILE), TensorBoardLogger(self.run_dir), *loggers]
 
     def run(self) -> TrainResult:
-        config, start_step = self.config, self.step
-        self._report("start", self.run_dir, config, start_step)
-        step_model = torch.compile(self.model) if config.train.compile else self.model
+        start_step = self.step
+        for logger in self.loggers:
+            logger.start(self.run_dir, start_step)
+        step_model = torch.compile(self.model) if self.settings.compile else self.model
         window = _ThroughputWindow(self.device)
         interrupted = False
         self.model.train()
@@ -151,27 +178,31 @@ class Trainer:
         if self.step == start_step and not interrupted:  # resumed a run that had already finished
             self.final = {k: v for k, v in self.best.items() if k != "step"}
         summary = {f"final_{key}": value for key, value in self.final.items()}
-        self._report("finish", self.step, config, {**summary, "best_seq_acc": self.best.get("seq_acc", 0.0)})
+        for logger in self.loggers:
+            logger.finish(self.step, {**summary, "best_seq_acc": self.best.get("seq_acc", 0.0)})
         return TrainResult(self.run_dir, self.step, interrupted, self.final, self.best)
 
     def _loop(self, step_model: nn.Module, window: _ThroughputWindow) -> None:
-        """Train until train.steps, an early stop, or Ctrl-C (raises _Interrupted once saved)."""
-        config = self.config
+        """Train until settings.steps, an early stop, or Ctrl-C (raises _Interrupted once saved)."""
+        settings, log = self.settings, self.log
         with _stop_on_sigint() as stop_requested:
-            while self.step < config.train.steps:
+            while self.step < settings.steps:
                 logits, labels, grad_norm = self._train_step(step_model, window)
                 self.step += 1
                 step = self.step
-                finishing = step == config.train.steps
-                if step % config.log.every == 0 or finishing:
-                    self._report("metrics", step, "train", window.summary(logits, labels, grad_norm, self._lr()))
-                if step % config.train.eval_every == 0 or finishing:
+                finishing = step == settings.steps
+                if step % log.every == 0 or finishing:
+                    values = window.summary(logits, labels, grad_norm, self._lr())
+                    for logger in self.loggers:
+                        logger.metrics(step, "train", values)
+                if step % settings.eval_every == 0 or finishing:
                     finishing |= self._validate(window.tokens_per_s)
-                if step % config.log.attention_every == 0 or finishing:
+                if step % log.attention_every == 0 or finishing:
                     self._log_attention()
-                if step % config.train.checkpoint_every == 0 or finishing:
+                if step % settings.checkpoint_every == 0 or finishing:
                     self._checkpoint("last")
-                self._report("step", step)
+                for logger in self.loggers:
+                    logger.step(step)
                 if finishing:
                     return
                 if stop_requested():  # Ctrl-C: save at this step boundary and leave
@@ -180,7 +211,7 @@ class Trainer:
 
     def _train_step(self, step_model: nn.Module, window: _ThroughputWindow):
         """One optimisation step; returns its logits, labels and gradient norm (for logging)."""
-        batch = frame(self.data.train_pairs(self.config.train.batch_size), self.task, self.config.model.arch)
+        batch = self.framing.frame(self.data.train_pairs(self.settings.batch_size))
         window.count_tokens(batch.n_tokens)
         batch = batch.to(self.device)
         with _autocast(self.device):
@@ -188,8 +219,8 @@ class Trainer:
             loss = scored_loss(logits.float(), batch.labels)
         loss.backward()
         grad_norm = None
-        if self.config.train.grad_clip is not None:
-            grad_norm = nn.utils.clip_grad_norm_(self.model.parameters(), self.config.train.grad_clip)
+        if self.settings.grad_clip is not None:
+            grad_norm = nn.utils.clip_grad_norm_(self.model.parameters(), self.settings.grad_clip)
         self.optimizer.step()
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
@@ -198,36 +229,40 @@ class Trainer:
 
     def _validate(self, tokens_per_s: float) -> bool:
         """Score the held-out set, keep the best checkpoint; True if training should stop."""
-        self.final = evaluate(self.model, self.task, self.data.held_out)
-        self._report("metrics", self.step, "val", {**self.final, "lr": self._lr(), "tokens_per_s": tokens_per_s})
-        predictions = _predictions_markdown(self.model, self.task, self.data)
-        if predictions:
-            self._report("text", self.step, "predictions", predictions)
+        self.final = evaluate(self.model, self.framing, self.data.held_out)
+        values = {**self.final, "lr": self._lr(), "tokens_per_s": tokens_per_s}
+        predictions = _predictions_markdown(self.model, self.framing, self.data)
+        for logger in self.loggers:
+            logger.metrics(self.step, "val", values)
+            if predictions:
+                logger.text(self.step, "predictions", predictions)
         score = [self.final["seq_acc"], -self.final["loss"]]
         if self.best_score is None or score > self.best_score:
             self.best_score, self.best = score, {**self.final, "step": self.step}
             self._checkpoint("best")
-        stop_at = self.config.train.stop_at_accuracy
+        stop_at = self.settings.stop_at_accuracy
         return stop_at is not None and self.final["seq_acc"] >= stop_at
 
     def _log_attention(self) -> None:
-        for sample, text, target in _attention_samples(self.task, self.data):
-            self._report("attention", self.step, sample, attention_report(self.model, self.task, text, target))
-        self.model.train()
+        for sample, text, target in _attention_samples(self.framing, self.data):
+            report = attention_report(self.model, self.framing, text, target)
+            for logger in self.loggers:
+                logger.attention(self.step, sample, report)
 
     def _lr(self) -> float:
         return self.scheduler.get_last_lr()[0]
 
-    def _checkpoint(self, which: str) -> None:
-        save_checkpoint({
+    def state_dict(self) -> dict:
+        """Everything a resumed run needs to continue exactly: weights, optimizer moments,
+        schedule, random streams, step and best score."""
+        return {
             "step": self.step, "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict(), "best_score": self.best_score, "best": self.best,
             "rng": {"torch": torch.get_rng_state(), "data": self.data.state_dict()["generator"]},
-        }, checkpoint_path(self.run_dir, which))  # fmt: skip
-        if which == "last":
-            self.saved_step = self.step
+        }  # fmt: skip
 
-    def _restore(self, state: dict) -> None:
+    def load_state_dict(self, state: dict) -> None:
+        """Continue from `state_dict()`; a `CheckpointError` if it does not fit this model."""
         try:
             self.model.load_state_dict(state["model"])
             self.optimizer.load_state_dict(state["optimizer"])
@@ -241,9 +276,12 @@ class Trainer:
             ) from None
         self.saved_step = self.step
 
-    def _report(self, method: str, *args) -> None:
-        for logger in self.loggers:
-            getattr(logger, method)(*args)
+    def _checkpoint(self, which: str) -> None:
+        if self.run_dir is None:
+            return
+        save_checkpoint(self.state_dict(), checkpoint_path(self.run_dir, which))
+        if which == "last":
+            self.saved_step = self.step
 
 
 class _Interrupted(Exception):
@@ -269,7 +307,7 @@ class _ThroughputWindow:
     def summary(self, logits, labels, grad_norm, lr: float) -> dict[str, float]:
         """The window's metrics (token/seq accuracy from its last batch); starts a new window."""
         self.tokens_per_s = self.tokens / max(time.perf_counter() - self.start, 1e-9)
-        values = {"loss": float(self.loss_sum) / max(self.steps, 1), **_batch_accuracy(logits, labels), "lr": lr,
+        values = {"loss": float(self.loss_sum) / max(self.steps, 1), **Correct.count(logits, labels).rates(), "lr": lr,
                   "tokens_per_s": self.tokens_per_s}  # fmt: skip
         if grad_norm is not None:
             values["grad_norm"] = float(grad_norm)
@@ -285,38 +323,26 @@ def _autocast(device: torch.device):
     return contextlib.nullcontext()
 
 
-def _batch_accuracy(logits: torch.Tensor, labels: torch.Tensor) -> dict[str, float]:
-    """Teacher-forced token and sequence accuracy of one training batch."""
-    scored = labels != IGNORE
-    right = (logits.argmax(-1) == labels) & scored
-    return {
-        "token_acc": float(right.sum()) / max(int(scored.sum()), 1),
-        "seq_acc": float((right == scored).all(1).float().mean()),
-    }
+def _attention_samples(framing: Framing, data: TaskData) -> Iterator[tuple[str, str, str | None]]:
+    """(tag, input text, target text or None) of the fixed inputs whose attention maps are logged."""
+    showcase = framing.task.showcase
+    if showcase is not None:
+        yield "showcase", showcase, None
+    for i in range(min(N_ATTENTION_SAMPLES - (showcase is not None), len(data.held_out))):
+        yield f"sample{i}", *framing.typed_example(data.held_out, i)
 
 
-def _attention_samples(task: Task, data: TaskData) -> Iterator[tuple[str, str, str | None]]:
-    """(tag, input text, target text) of the fixed inputs whose attention maps are logged."""
-    if task.showcase is not None:
-        yield "showcase", task.showcase, None
-    for i in range(min(N_ATTENTION_SAMPLES - (task.showcase is not None), len(data.held_out))):
-        source, target = data.held_out.example(i)
-        if task.language_model:
-            yield f"sample{i}", task.render(target), None
-        else:
-            yield f"sample{i}", task.render(source), task.render(target)
-
-
-def _predictions_markdown(model: nn.Module, task: Task, data: TaskData) -> str:
-    if task.language_model:
+def _predictions_markdown(model: nn.Module, framing: Framing, data: TaskData) -> str:
+    """A table of held-out inputs, targets and the model's answers ("" for language models)."""
+    if not framing.answers_questions:
         return ""
     examples = data.held_out[: min(N_TEXT_SAMPLES, len(data.held_out))]
-    answers = greedy_answers(model, task, examples)
+    render = framing.task.render
     rows = ["| input | target | prediction |", "|---|---|---|"]
-    for i, answer in enumerate(answers):
+    for i, answer in enumerate(framing.answers(model, examples)):
         source, target = examples.example(i)
         mark = "" if answer == target else " ✗"
-        rows.append(f"| {task.render(source)} | {task.render(target)} | {task.render(answer)}{mark} |")
+        rows.append(f"| {render(source)} | {render(target)} | {render(answer)}{mark} |")
     return "\n".join(rows)
 
 

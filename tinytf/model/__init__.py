@@ -6,22 +6,24 @@ from collections.abc import Mapping
 from typing import Any
 
 from tinytf.config import Config, config_from_dict
-from tinytf.model.attention import MultiHeadAttention, scaled_dot_product_attention
+from tinytf.experiment import check_config
+from tinytf.model.attention import MultiHeadAttention, attention
 from tinytf.model.transformer import Transformer
+from tinytf.tasks import get_task
 
-__all__ = ["MultiHeadAttention", "Transformer", "build_model", "scaled_dot_product_attention"]
+__all__ = ["MultiHeadAttention", "Transformer", "attention", "build_model"]
 
 
 def build_model(config: Config | Mapping[str, Any], vocab_size: int | None = None) -> Transformer:
     """Build the Transformer that `config` describes.
 
-    config: a `Config`, or plain data shaped like the YAML file (validated here).
+    config: a `Config`, or plain data shaped like the YAML file; validated and checked
+        against its task here (`tinytf.experiment.check_config`).
     vocab_size: size of the token vocabulary; by default the vocabulary of the config's task.
     """
     if not isinstance(config, Config):
         config = config_from_dict(config)
+    check_config(config)
     if vocab_size is None:
-        from tinytf.tasks import get_task
-
         vocab_size = len(get_task(config.task).vocab)
     return Transformer(config.model, vocab_size)

@@ -10,6 +10,11 @@ Shape legend (used in every comment below):
 
     Attention(Q, K, V) = softmax(Q K^T / sqrt(d_k)) V
     MultiHead(Q, K, V) = Concat(head_1, ..., head_H) W_O,  head_i = Attention(Q W_Q_i, K W_K_i, V W_V_i)
+
+`attention` writes the first formula out step by step. It takes the same arguments as
+`torch.nn.functional.scaled_dot_product_attention` (PyTorch's fused kernel), with the
+same meaning, and also returns the attention weights. `MultiHeadAttention` calls the
+fused kernel, unless asked to `return_attention`, then it calls `attention`.
 """
 
 from __future__ import annotations
@@ -21,38 +26,63 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tinytf.model.masks import bias_from_allowed, causal_mask
+from tinytf.model.masks import bias_from_allowed, causal_allowed
 from tinytf.model.positional import RotaryPositions
 
 
-def scaled_dot_product_attention(
+def attention(
     q: torch.Tensor,
     k: torch.Tensor,
     v: torch.Tensor,
-    attn_bias: torch.Tensor | None = None,
+    attn_mask: torch.Tensor | None = None,
+    dropout_p: float = 0.0,
     is_causal: bool = False,
-    dropout: float = 0.0,
+    scale: float | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """softmax(Q K^T / sqrt(d_k) + bias) V, step by step; returns (output, weights).
+    """softmax(Q K^T / sqrt(d_k) + mask) V, step by step; returns (output, weights).
 
+    The arguments mean what they mean for `torch.nn.functional.scaled_dot_product_attention`:
     q: (..., T_q, D_h), k: (..., T_k, D_h), v: (..., T_k, D_h)
-    attn_bias: additive, broadcastable to (..., T_q, T_k) -- 0 keeps a key, a very
-        negative number masks it (see masks.py).
-    is_causal: hide the future (key j > query i); use it instead of a bias, not with one.
+    attn_mask: broadcastable to (..., T_q, T_k), either
+        bool:  True where the query may attend to the key (torch's polarity; the
+               "allowed" of masks.py, *not* a pad_mask), or
+        float: a bias added to the scores, 0 to keep a key, a very negative number to
+               hide it (masks.py builds these).
+    dropout_p: dropout on the weights. Like torch's, this function does not look at
+        `module.training`: pass 0.0 in eval mode.
+    is_causal: hide the future, query i sees keys j <= i. As in torch, both count from the
+        start, also when T_q != T_k (queries continuing a cached prefix need
+        `causal_allowed(T_q, T_k)` as attn_mask instead). Together with an attn_mask it
+        raises ValueError: put the causal part into the mask (torch's documented
+        reference refuses the combination too).
+    scale: the factor on Q K^T; by default 1 / sqrt(d_k).
+
     Returns output (..., T_q, D_h) and the attention weights (..., T_q, T_k), each row
-    a probability distribution over the keys (before dropout).
+    a probability distribution over the keys (before dropout). A query whose keys are
+    all masked gets uniform weights, not NaN.
     """
-    d_k = q.size(-1)
-    # Dividing by sqrt(d_k) keeps the scores' variance near 1 whatever the head width,
-    # so the softmax does not saturate into a one-hot with vanishing gradients.
-    scores = q @ k.transpose(-2, -1) / math.sqrt(d_k)  # (..., T_q, D_h) @ (..., D_h, T_k) -> (..., T_q, T_k)
+    if is_causal and attn_mask is not None:
+        raise ValueError("pass either is_causal or an attn_mask that already holds the causal mask, not both")
+    query_len, key_len, d_k = q.size(-2), k.size(-2), q.size(-1)
+    if scale is None:
+        # Dividing by sqrt(d_k) keeps the scores' variance near 1 whatever the head width,
+        # so the softmax does not saturate into a one-hot with vanishing gradients.
+        scale = 1 / math.sqrt(d_k)
+    scores = (q @ k.transpose(-2, -1)) * scale  # (..., T_q, D_h) @ (..., D_h, T_k) -> (..., T_q, T_k)
+
     if is_causal:
-        future = ~causal_mask(q.size(-2), k.size(-2), q.device)  # (T_q, T_k)
-        scores = scores.masked_fill(future, torch.finfo(scores.dtype).min)
-    if attn_bias is not None:
-        scores = scores + attn_bias
+        attn_mask = torch.ones(query_len, key_len, dtype=torch.bool, device=q.device).tril()  # (T_q, T_k), j <= i
+    if attn_mask is not None:
+        if attn_mask.dtype == torch.bool:
+            # A bool mask says *whether* to attend; added as 0/1 it would barely change
+            # the scores. Turn it into a bias: 0 where allowed, most negative float elsewhere.
+            attn_mask = bias_from_allowed(attn_mask, scores.dtype)
+        elif not attn_mask.is_floating_point():
+            raise TypeError(f"attn_mask must be bool (True = may attend) or float (a bias), got {attn_mask.dtype}")
+        scores = scores + attn_mask  # (..., T_q, T_k) + bias broadcast to (..., T_q, T_k)
+
     weights = torch.softmax(scores, dim=-1)  # (..., T_q, T_k), each row sums to 1
-    attended = F.dropout(weights, p=dropout) if dropout > 0 else weights
+    attended = F.dropout(weights, p=dropout_p) if dropout_p > 0 else weights
     output = attended @ v  # (..., T_q, T_k) @ (..., T_k, D_h) -> (..., T_q, D_h)
     return output, weights
 
@@ -94,15 +124,18 @@ class MultiHeadAttention(nn.Module):
         self,
         x: torch.Tensor,
         context: torch.Tensor | None = None,
+        *,
         attn_bias: torch.Tensor | None = None,
         is_causal: bool = False,
         rope: RotaryPositions | None = None,
-        need_weights: bool = False,
+        return_attention: bool = False,
         cache: KeyValueCache | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """x: (B, T_q, D) queries; context: (B, T_k, D) keys/values, or None for self-attention.
 
-        Returns the output (B, T_q, D) and, if `need_weights`, the per-head attention
+        attn_bias: float, added to the scores, broadcastable to (B, H, T_q, T_k) (see
+        masks.attention_bias); is_causal: hide the future instead (not both).
+        Returns the output (B, T_q, D) and, if `return_attention`, the per-head attention
         weights (B, H, T_q, T_k); otherwise None, and PyTorch's fused kernel is used.
         With a `cache`, self-attention appends this call's keys and values to it (x holds
         only the new positions) and cross-attention computes the context's once.
@@ -115,7 +148,7 @@ class MultiHeadAttention(nn.Module):
         if cached_context:
             k, v = cache.keys, cache.values  # the context does not change between steps
         else:
-            k, v = self._split_heads(k), self._split_heads(v)  # each (B, H, T_k, D_h)
+            k, v = self._split_heads(k), self._split_heads(v)  # each (B, T_k, D) -> (B, H, T_k, D_h)
         past = cache.length if cache is not None and context is None else 0  # positions already cached
         if rope is not None:
             q, k = rope.rotate(q, start=past), rope.rotate(k, start=past)
@@ -125,21 +158,20 @@ class MultiHeadAttention(nn.Module):
                 v = torch.cat([cache.values, v], dim=2)
             cache.keys, cache.values = k, v
         if is_causal and past:
-            # The new queries are the last T_q positions; one query alone may see everything.
+            # The new queries are the last T_q positions (is_causal would align them with
+            # the first); one query alone may see everything.
             is_causal = False
             if q.size(2) > 1:
-                attn_bias = bias_from_allowed(causal_mask(q.size(2), k.size(2), q.device), q.dtype)
+                attn_bias = bias_from_allowed(causal_allowed(q.size(2), k.size(2), q.device), q.dtype)  # (T_q, T_k)
         dropout = self.dropout if self.training else 0.0
 
-        if need_weights:
-            heads, weights = scaled_dot_product_attention(q, k, v, attn_bias, is_causal, dropout)
+        if return_attention:
+            heads, weights = attention(q, k, v, attn_mask=attn_bias, dropout_p=dropout, is_causal=is_causal)
         else:
-            # Same math, fused: never materialises the (T_q, T_k) weights it would throw away.
-            heads = F.scaled_dot_product_attention(
-                q, k, v, attn_mask=attn_bias, dropout_p=dropout, is_causal=is_causal and attn_bias is None
-            )  # (B, H, T_q, D_h)
+            # Same math and same arguments, fused: never materialises the (T_q, T_k) weights.
+            heads = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_bias, dropout_p=dropout, is_causal=is_causal)
             weights = None
-
+        # heads: (B, H, T_q, D_h); weights: (B, H, T_q, T_k) or None
         batch, _, query_len, _ = heads.shape
         concat = heads.transpose(1, 2).reshape(batch, query_len, -1)  # (B, H, T_q, D_h) -> (B, T_q, H*D_h = D)
         return self.out_proj(concat), weights  # (B, T_q, D)

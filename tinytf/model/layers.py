@@ -96,13 +96,16 @@ class TransformerLayer(nn.Module):
         causal: bool,
         context: torch.Tensor | None = None,
         context_bias: torch.Tensor | None = None,
+        *,
         rope: RotaryPositions | None = None,
-        need_weights: bool = False,
+        return_attention: bool = False,
         cache: LayerCache | None = None,
     ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """x: (B, T_q, D); context: (B, T_k, D) encoder output for cross-attention.
 
-        Returns x (B, T_q, D) and, if `need_weights`, {"self": (B, H, T_q, T_q),
+        self_bias (B, 1, T_q, T_q) / context_bias (B, 1, T_q, T_k): additive float biases
+        (see masks.attention_bias), or None. causal: hide the future in self-attention.
+        Returns x (B, T_q, D) and, if `return_attention`, {"self": (B, H, T_q, T_q),
         "cross": (B, H, T_q, T_k)} -- the weights of each attention in this layer.
         """
         weights: dict[str, torch.Tensor] = {}
@@ -110,8 +113,8 @@ class TransformerLayer(nn.Module):
 
         h = self.self_attn_residual.sublayer_input(x)
         attended, weights["self"] = self.self_attn(
-            h, attn_bias=self_bias, is_causal=causal and self_bias is None, rope=rope, need_weights=need_weights,
-            cache=self_cache,
+            h, attn_bias=self_bias, is_causal=causal and self_bias is None, rope=rope,
+            return_attention=return_attention, cache=self_cache,
         )  # fmt: skip
         x = self.self_attn_residual.add(x, attended)
 
@@ -122,12 +125,12 @@ class TransformerLayer(nn.Module):
             # Queries from the decoder, keys and values from the encoder; no rotation:
             # positions in two different sequences are not comparable.
             attended, weights["cross"] = self.cross_attn(
-                h, context, attn_bias=context_bias, need_weights=need_weights, cache=cross_cache
+                h, context, attn_bias=context_bias, return_attention=return_attention, cache=cross_cache
             )
             x = self.cross_attn_residual.add(x, attended)
 
         x = self.ffn_residual.add(x, self.ffn(self.ffn_residual.sublayer_input(x)))
-        return x, (weights if need_weights else {})
+        return x, (weights if return_attention else {})
 
 
 class TransformerStack(nn.Module):
@@ -161,8 +164,9 @@ class TransformerStack(nn.Module):
         self_bias: torch.Tensor | None,
         context: torch.Tensor | None = None,
         context_bias: torch.Tensor | None = None,
+        *,
         rope: RotaryPositions | None = None,
-        need_weights: bool = False,
+        return_attention: bool = False,
         cache: list[LayerCache] | None = None,
     ) -> tuple[torch.Tensor, list[dict[str, torch.Tensor]]]:
         """x: (B, T, D) -> (B, T, D), plus each layer's attention weights (see TransformerLayer).
@@ -170,6 +174,9 @@ class TransformerStack(nn.Module):
         per_layer = []
         for index, layer in enumerate(self.layers):
             layer_cache = cache[index] if cache is not None else None
-            x, weights = layer(x, self_bias, self.causal, context, context_bias, rope, need_weights, layer_cache)
+            x, weights = layer(
+                x, self_bias, self.causal, context, context_bias,
+                rope=rope, return_attention=return_attention, cache=layer_cache,
+            )  # fmt: skip
             per_layer.append(weights)
         return self.final_norm(x), per_layer

@@ -10,14 +10,29 @@ H heads, V vocabulary size.
     arch="encoder-decoder"  a bidirectional stack over `source`; a causal stack over
                             `tokens` whose layers also attend to the encoded source
 
+Calls (everything after `tokens` is a keyword, so the two sequences cannot be swapped):
+
+    logits = model(tokens)                          # encoder or decoder: (B, T) -> (B, T, V)
+    logits = model(tokens, source=source)           # encoder-decoder: + source (B, S)
+    logits = model(tokens, pad_mask=pad_mask)       # pad_mask (B, T) bool, True at PAD
+
+Padding masks are always `pad_mask` (the tokens') and `source_pad_mask` (the source's),
+True at PAD positions, the keys that get zero attention weight.
+
 Attention weights are returned, never stored on modules:
 
-    logits = model(tokens)
     logits, attention = model(tokens, return_attention=True)
     attention["decoder.0.self"]  # (B, H, T, T), the weights of layer 0's self-attention
 
 Names are "<stack>.<layer>.<kind>": stack is "encoder" or "decoder", kind is "self" or
 "cross" (decoder layers of an encoder-decoder, queries from T and keys from S).
+
+Generation runs the two halves separately, with a key/value cache for the decoder:
+
+    context, _ = model.encode(source, source_pad_mask)  # (B, S, D)
+    cache = model.new_cache()
+    logits, _ = model.decode(prompt, context=context, source_pad_mask=source_pad_mask, cache=cache)
+    logits, _ = model.decode(next_token, context=context, source_pad_mask=source_pad_mask, cache=cache)
 """
 
 from __future__ import annotations
@@ -78,51 +93,65 @@ class Transformer(nn.Module):
         return self.embedding_dropout(self.positions(x, start))
 
     def encode(
-        self, source: torch.Tensor, source_pad_mask: torch.Tensor | None = None, need_weights: bool = False
+        self, source: torch.Tensor, source_pad_mask: torch.Tensor | None = None, *, return_attention: bool = False
     ) -> tuple[torch.Tensor, list[dict[str, torch.Tensor]]]:
-        """Run the encoder stack: source ids (B, S) -> encoded source (B, S, D)."""
+        """Run the encoder stack: source ids (B, S) -> encoded source (B, S, D), and its weights.
+
+        source_pad_mask: (B, S) bool, True at PAD positions. The weights (one dict per
+        layer, see TransformerLayer) are empty unless `return_attention`.
+        """
         if self.encoder is None:
             raise ValueError(f"arch={self.config.arch} has no encoder")
         bias = attention_bias(source_pad_mask, source.size(1), causal=False)  # (B, 1, S, S) or None
-        return self.encoder(self.embed(source), bias, rope=self.rope, need_weights=need_weights)
+        return self.encoder(self.embed(source), bias, rope=self.rope, return_attention=return_attention)
 
     def decode(
         self,
         tokens: torch.Tensor,
+        *,
         context: torch.Tensor | None = None,
-        context_pad_mask: torch.Tensor | None = None,
+        source_pad_mask: torch.Tensor | None = None,
         pad_mask: torch.Tensor | None = None,
         cache: list[LayerCache] | None = None,
-        need_weights: bool = False,
+        return_attention: bool = False,
     ) -> tuple[torch.Tensor, list[dict[str, torch.Tensor]]]:
         """Run the causal decoder stack: ids (B, T) -> logits (B, T, V), and its weights.
 
-        context: the encoded source (B, S, D) that cross-attention reads (encoder-decoder).
+        context: the encoded source (B, S, D) that cross-attention reads (encoder-decoder
+        only), with source_pad_mask (B, S) bool, True at PAD positions of the source.
+        pad_mask: (B, T) bool, True at PAD positions of `tokens`.
         cache: from `new_cache()`; `tokens` then holds only the positions after those
         already cached, and the keys and values of all of them are kept for the next call.
         """
         if self.decoder is None:
             raise ValueError(f"arch={self.config.arch} has no decoder")
+        has_cross_attention = self.encoder is not None
+        if has_cross_attention != (context is not None):
+            needs = "needs a" if has_cross_attention else "takes no"
+            raise ValueError(f"arch={self.config.arch} {needs} `context` (the encoded source)")
         if cache is not None and pad_mask is not None:
             raise ValueError("a cache holds unpadded prefixes: generate sequences of equal length together")
         start = cache[0].self_attn.length if cache else 0
         self_bias = attention_bias(pad_mask, tokens.size(1), causal=True)  # (B, 1, T, T) or None
         # Every decoder query may look at every non-PAD source position.
-        context_bias = attention_bias(context_pad_mask, tokens.size(1), causal=False)  # (B, 1, T, S) or None
+        context_bias = attention_bias(source_pad_mask, tokens.size(1), causal=False)  # (B, 1, T, S) or None
         hidden, weights = self.decoder(
-            self.embed(tokens, start), self_bias, context, context_bias, self.rope, need_weights, cache
-        )
+            self.embed(tokens, start), self_bias, context, context_bias,
+            rope=self.rope, return_attention=return_attention, cache=cache,
+        )  # fmt: skip
         return self.lm_head(hidden), weights  # (B, T, D) -> (B, T, V)
 
     def new_cache(self) -> list[LayerCache]:
         """An empty key/value cache for `decode`, one entry per decoder layer."""
+        if self.decoder is None:
+            raise ValueError(f"arch={self.config.arch} has no decoder: nothing to cache")
         return [LayerCache() for _ in self.decoder.layers]
 
     def forward(
         self,
         tokens: torch.Tensor,
-        source: torch.Tensor | None = None,
         *,
+        source: torch.Tensor | None = None,
         pad_mask: torch.Tensor | None = None,
         source_pad_mask: torch.Tensor | None = None,
         return_attention: bool = False,
@@ -140,17 +169,18 @@ class Transformer(nn.Module):
 
         attention: dict[str, torch.Tensor] = {}
         if self.decoder is None:  # encoder-only: a bidirectional stack over `tokens`
-            hidden, encoder_weights = self.encode(tokens, pad_mask, return_attention)
+            hidden, encoder_weights = self.encode(tokens, pad_mask, return_attention=return_attention)
             attention.update(_name_weights("encoder", encoder_weights))
             logits = self.lm_head(hidden)  # (B, T, D) -> (B, T, V)
         else:
             context = None
             if is_seq2seq:
-                context, encoder_weights = self.encode(source, source_pad_mask, return_attention)
+                context, encoder_weights = self.encode(source, source_pad_mask, return_attention=return_attention)
                 attention.update(_name_weights("encoder", encoder_weights))
             logits, decoder_weights = self.decode(
-                tokens, context, source_pad_mask, pad_mask, need_weights=return_attention
-            )
+                tokens, context=context, source_pad_mask=source_pad_mask, pad_mask=pad_mask,
+                return_attention=return_attention,
+            )  # fmt: skip
             attention.update(_name_weights("decoder", decoder_weights))
         return (logits, attention) if return_attention else logits
 

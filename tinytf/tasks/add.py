@@ -9,8 +9,9 @@ drawn uniformly from 1..`task.digits`, then a value uniform among numbers of tha
 so short numbers are as common as long ones.
 """
 
-import torch
+from __future__ import annotations
 
+from tinytf.lazy import torch
 from tinytf.tasks.base import Pairs, Task, left_compact, positions_below
 from tinytf.tasks.vocab import Vocabulary
 
@@ -37,6 +38,7 @@ class Add(Task):
     name = "add"
     description = "add two integers, digit by digit: 17 + 25 -> 42"
     archs = ("decoder", "encoder-decoder")
+    config_keys = ("digits", "answer_order")
 
     def build_vocab(self) -> Vocabulary:
         return Vocabulary([*DIGITS, PLUS], split="char")

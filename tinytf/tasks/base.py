@@ -1,5 +1,7 @@
 """What a task is: a seeded generator of (source, target) token sequences with its own
-vocabulary. Framing them for an architecture is `framing.py`'s job, not the task's.
+vocabulary. Framing them for an architecture is `tinytf/framing.py`'s job, not the task's.
+A task describes itself (name, architectures, config keys, lengths) without torch, so
+that checking a config never imports it (see `tinytf/lazy.py`).
 
 Shape legend: N examples, S source length, T target length (both padded with PAD).
 """
@@ -8,16 +10,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
-from typing import TYPE_CHECKING, ClassVar
+from typing import ClassVar, get_args
 
-import torch
-
+from tinytf.config import Arch, ConfigProblem, TaskConfig
+from tinytf.lazy import torch
 from tinytf.tasks.vocab import PAD_ID, SPECIALS, Vocabulary
 
-if TYPE_CHECKING:
-    from tinytf.config import Arch, TaskConfig
-
-ALL_ARCHS: tuple[Arch, ...] = ("encoder", "decoder", "encoder-decoder")
+ALL_ARCHS: tuple[Arch, ...] = get_args(Arch)
 
 
 @dataclass(frozen=True)
@@ -72,6 +71,9 @@ class Task:
     name: ClassVar[str]
     description: ClassVar[str]  # one line, shown by `tinytf tasks`
     archs: ClassVar[tuple[Arch, ...]] = ALL_ARCHS  # the architectures it makes sense for
+    # The keys of the config's task section it reads, besides name and eval_size (which
+    # every task has). Setting any other key is an error that lists these.
+    config_keys: ClassVar[tuple[str, ...]] = ()
     # Language-model tasks have no source: the decoder predicts each next target token.
     language_model: ClassVar[bool] = False
     # Language models only: sequences begin with <bos> (typed text gets one prepended).
@@ -82,6 +84,22 @@ class Task:
     def __init__(self, config: TaskConfig) -> None:
         """Cheap: nothing is generated or read until it is needed."""
         self.config = config
+
+    @classmethod
+    def example(cls) -> str:
+        """One example as text, "source  ->  target" (for `tinytf tasks`)."""
+        task = cls(TaskConfig(name=cls.name, min_len=4, max_len=6))
+        source, target = task.sample(1, torch.Generator().manual_seed(0)).example(0)
+        return task.render(target) if task.language_model else f"{task.render(source)}  ->  {task.render(target)}"
+
+    def check(self) -> None:
+        """Raise `ConfigProblem` for settings this task cannot work with. Cheap: called
+        for every config loaded, it samples nothing and reads no file."""
+        if {"min_len", "max_len"} <= set(self.config_keys) and self.config.min_len > self.config.max_len:
+            raise ConfigProblem(
+                f"task.min_len={self.config.min_len} is greater than task.max_len={self.config.max_len}",
+                "task.min_len", "task.max_len",
+            )  # fmt: skip
 
     @cached_property
     def vocab(self) -> Vocabulary:
@@ -133,7 +151,10 @@ class LanguageModelTask(Task):
 class SymbolTask(Task):
     """Tasks over random strings of `task.vocab_size` symbols "0", "1", ... with lengths
     drawn uniformly from [`task.min_len`, `task.max_len`]. Subclasses compute the
-    target from the source in `targets`, vectorised over the batch."""
+    target from the source in `targets`, vectorised over the batch. (`task.bos` is read
+    by the encoder framing only.)"""
+
+    config_keys = ("vocab_size", "min_len", "max_len", "bos")
 
     def build_vocab(self) -> Vocabulary:
         return Vocabulary([*self.symbols(), *self.output_tokens()], split="word")

@@ -1,8 +1,9 @@
 """copy: repeat the source. The attention pattern to look for: each output position
 attends to the same position of the source (a diagonal)."""
 
-import torch
+from __future__ import annotations
 
+from tinytf.lazy import torch
 from tinytf.tasks.base import SymbolTask
 
 

@@ -11,8 +11,9 @@ innermost open bracket, or x) and sometimes emits a random symbol, so that all t
 labels occur often rather than almost every random string breaking at once.
 """
 
-import torch
+from __future__ import annotations
 
+from tinytf.lazy import torch
 from tinytf.tasks.base import Pairs, SymbolTask, positions_below
 from tinytf.tasks.vocab import PAD_ID, Vocabulary
 
@@ -23,6 +24,7 @@ LABELS = ("T", "P", "F")
 class Dyck1(SymbolTask):
     name = "dyck-1"
     description = "label each prefix of ( ) x as balanced T, pending P or broken F: ( x ) ) -> P P T F"
+    config_keys = ("min_len", "max_len", "bos")  # the symbols are fixed: no vocab_size
     n_pairs = 1
     noise = 0.2  # chance that a step emits a uniformly random symbol instead of a legal move
 

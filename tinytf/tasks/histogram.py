@@ -6,12 +6,13 @@ mistaken for a symbol: a decoder reads its own answers back, and a head looking 
 "the other copies of symbol 2" must not find the count 2.
 """
 
+from __future__ import annotations
+
 import itertools
 import string
 from functools import cached_property
 
-import torch
-
+from tinytf.lazy import torch
 from tinytf.tasks.base import SymbolTask
 from tinytf.tasks.vocab import PAD, PAD_ID
 

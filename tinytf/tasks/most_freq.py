@@ -1,7 +1,8 @@
 """most-freq: the distinct symbols of the source, most frequent first."""
 
-import torch
+from __future__ import annotations
 
+from tinytf.lazy import torch
 from tinytf.tasks.base import SymbolTask, left_compact
 
 

@@ -1,7 +1,8 @@
 """reverse: the source read backwards. Look for an anti-diagonal in the attention maps."""
 
-import torch
+from __future__ import annotations
 
+from tinytf.lazy import torch
 from tinytf.tasks.base import SymbolTask
 from tinytf.tasks.vocab import PAD_ID
 

@@ -16,9 +16,8 @@ from __future__ import annotations
 import random
 from functools import cached_property
 
-import torch
-
 from tinytf.errors import ConfigError
+from tinytf.lazy import torch
 from tinytf.tasks.base import LanguageModelTask, Pairs
 from tinytf.tasks.vocab import BOS, EOS, PAD_ID, Vocabulary
 
@@ -90,6 +89,7 @@ class Grammar:
 class Sentences(LanguageModelTask):
     name = "sentences"
     description = "next-word prediction on toy English with subject-verb agreement: the cat sat on the mat"
+    config_keys = ("min_len", "max_len")  # sentence lengths, in words
     starts_with_bos = True
     showcase = "the cat sat on the mat"
 

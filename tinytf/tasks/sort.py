@@ -1,7 +1,8 @@
 """sort: the source symbols in ascending order, duplicates kept."""
 
-import torch
+from __future__ import annotations
 
+from tinytf.lazy import torch
 from tinytf.tasks.base import SymbolTask
 from tinytf.tasks.vocab import PAD_ID
 

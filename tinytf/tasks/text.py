@@ -11,9 +11,9 @@ from __future__ import annotations
 from functools import cached_property
 from pathlib import Path
 
-import torch
-
+from tinytf.config import ConfigProblem
 from tinytf.errors import ConfigError
+from tinytf.lazy import torch
 from tinytf.tasks.base import LanguageModelTask, Pairs
 from tinytf.tasks.vocab import Vocabulary
 
@@ -23,7 +23,23 @@ HELD_OUT_FRACTION = 0.1
 class Text(LanguageModelTask):
     name = "text"
     description = "next-token prediction on a text file of yours (task.path; task.tokenizer: char | word)"
+    config_keys = ("path", "tokenizer", "max_len")  # max_len: the training window, in tokens
     held_out_is_disjoint = True
+
+    @classmethod
+    def example(cls) -> str:
+        return "task.path: my.txt -> windows of the file, each predicting its next token"
+
+    def check(self) -> None:
+        """The file must be named and exist; reading and decoding it waits for training."""
+        super().check()
+        if not self.config.path:
+            raise ConfigProblem("task.path: the text task needs the file to model", "task.path", "task.name")
+        path = Path(self.config.path)
+        if not path.exists():
+            raise ConfigProblem(f"task.path: file not found: {path}", "task.path")
+        if not path.is_file():
+            raise ConfigProblem(f"task.path: {path} is not a file", "task.path")
 
     @cached_property
     def tokens(self) -> list[str]:

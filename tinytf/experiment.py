@@ -1,0 +1,133 @@
+"""A config checked against what it names: the layer above the schema (`config.py`,
+which knows no task) and the task registry and framings (which know no files).
+
+    config = load_config("configs/sort-decoder.yaml", ["task.max_len=16"])
+    save_config(config, run_dir / "config.yaml")
+
+The schema checks each value on its own. `check_config` checks what needs the task
+registry, and is the one place that does: the task exists and works with the
+architecture, every task key that is set is one the task uses, the task's own settings
+make sense (its file exists...), and its sequences fit `model.max_len`. `load_config`,
+`build_model` and training all call it, so `tinytf config show` and `tinytf train`
+accept and refuse the same configs. Nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+from pathlib import Path
+
+from tinytf.config import Config, ConfigProblem, config_from_dict, dump_config, parse_yaml, read_config
+from tinytf.errors import ConfigError
+from tinytf.files import write_text_atomically
+from tinytf.framing import FRAMINGS, Framing, get_framing
+from tinytf.tasks import TASKS, Task
+
+COMMON_TASK_KEYS = ("name", "eval_size")  # every task has these
+
+
+def load_config(path: str | Path, overrides: Iterable[str] = ()) -> Config:
+    """Read a YAML config, apply ``KEY=VALUE`` overrides, validate and check it.
+    Every mistake is a `ConfigError` with a one-line message naming the file or `--set`."""
+    return read_config(path, overrides, check=check_config)
+
+
+def load_run_config(path: str | Path, overrides: Iterable[str] = ()) -> Config:
+    """A run folder's saved config.yaml (see `load_config`). Task keys that the task does
+    not use, which tinytf 0.1 wrote into every run's config, are dropped first."""
+    path = Path(path)
+    try:
+        data = parse_yaml(path.read_text(encoding="utf-8"), str(path))
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: config file not found") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise ConfigError(f"{path}: cannot read config file: {err}") from None
+    try:
+        saved = config_from_dict(data)
+        if isinstance(data.get("task"), dict) and saved.task.name in TASKS:
+            used = used_task_keys(saved)
+            data["task"] = {key: value for key, value in data["task"].items() if key in used}
+    except ConfigError:
+        pass  # the saved file itself is broken: the checked load below says how
+    return config_from_dict(data, overrides, str(path), check=check_config)
+
+
+def check_config(config: Config) -> Config:
+    """Raise `ConfigProblem` (a `ConfigError`) if `config` does not fit its task; return it."""
+    task = _known_task(config.task.name)(config.task)
+    arch = config.model.arch
+    if arch not in task.archs:
+        raise ConfigProblem(
+            f"task {task.name!r} does not work with model.arch={arch}; it works with: {', '.join(task.archs)}",
+            "model.arch", "task.name",
+        )  # fmt: skip
+    framing = get_framing(task, arch)
+    _check_task_keys(config, task, framing)
+    task.check()
+    longest = max(framing.model_lengths())
+    if longest > config.model.max_len:
+        raise ConfigProblem(
+            f"model.max_len={config.model.max_len} is too short: task {task.name!r} with arch={arch} "
+            f"makes sequences of up to {longest} tokens",
+            "model.max_len", *(f"task.{key}" for key in task.config_keys), "model.arch",
+        )  # fmt: skip
+    return config
+
+
+def used_task_keys(config: Config) -> tuple[str, ...]:
+    """The keys of `config.task` that its task reads with `config.model.arch`."""
+    task = TASKS[config.task.name](config.task)
+    framing = get_framing(task, config.model.arch)
+    used = {*COMMON_TASK_KEYS, *task.config_keys} - (_framing_only_keys() - set(framing.task_keys))
+    return tuple(key for key in type(config.task).model_fields if key in used)  # in the schema's order
+
+
+def dump_checked_config(config: Config) -> str:
+    """The config as YAML, every key with its value, the task section limited to the
+    keys its task uses (so that loading it back passes `check_config`)."""
+    return dump_config(config, used_task_keys(config))
+
+
+def save_config(config: Config, path: str | Path) -> None:
+    """Write the fully resolved config (see `dump_checked_config`) atomically."""
+    write_text_atomically(path, dump_checked_config(config))
+
+
+def describe_tasks() -> list[str]:
+    """One block per task (name, description, architectures, config keys, an example) for `tinytf tasks`."""
+    framing_only = {key: [f.name for f in FRAMINGS.values() if key in f.task_keys] for key in _framing_only_keys()}
+    lines = []
+    for name, cls in TASKS.items():
+        keys = [f"{key} (arch={', '.join(framing_only[key])} only)" if key in framing_only else key
+                for key in (*cls.config_keys, "eval_size")]  # fmt: skip
+        lines += [name, f"  {cls.description}", f"  architectures: {', '.join(cls.archs)}",
+                  f"  keys: task.name, task.{', task.'.join(keys)}"]  # fmt: skip
+        lines += [f"  example: {cls.example()}", ""]
+    return lines
+
+
+def _known_task(name: str) -> type[Task]:
+    if name not in TASKS:
+        suggestion = difflib.get_close_matches(name, TASKS, n=1)
+        hint = f"did you mean '{suggestion[0]}'? " if suggestion else ""
+        raise ConfigProblem(f"task.name: {name!r} is not a task; {hint}known tasks: {', '.join(TASKS)}", "task.name")
+    return TASKS[name]
+
+
+def _check_task_keys(config: Config, task: Task, framing: Framing) -> None:
+    """Every task key the config sets must be one this task reads with this architecture."""
+    used = used_task_keys(config)
+    for key in type(config.task).model_fields:
+        if key not in config.task.model_fields_set or key in used:
+            continue
+        if key in task.config_keys:  # the task reads it, but only under another framing
+            users = ", ".join(f"arch={f.name}" for f in FRAMINGS.values() if key in f.task_keys)
+            raise ConfigProblem(f"task.{key}: arch={framing.name} does not use it (only {users} does)",
+                                f"task.{key}", "model.arch")  # fmt: skip
+        raise ConfigProblem(f"task.{key}: {task.name} does not use it (its keys: {', '.join(used)})", f"task.{key}")
+
+
+def _framing_only_keys() -> set[str]:
+    """Task keys that some framing alone reads (task.bos: the encoder's)."""
+    return {key for framing in FRAMINGS.values() for key in framing.task_keys}

@@ -1,0 +1,429 @@
+"""Framing: how a task's examples become model input and model output becomes answers,
+one class per architecture. Every rule that depends on `model.arch` lives here.
+
+Shape legend: B batch, T model input length, S source length.
+
+How (source, target) becomes model input:
+
+    encoder          tokens  = [<bos>] s1 s2 s3            one prediction per position:
+                     labels  =  [-]    t1 t2 t3            the target has the source's length
+                                                           (a shorter one is filled with <eos>)
+    decoder          tokens  = s1 s2 <sep> t1 t2           one causal sequence; only the
+                     labels  =  -  -  t1   t2 <eos>        answer is scored
+    encoder-decoder  source  = s1 s2 s3                    the encoder reads the source,
+                     tokens  = <bos> t1 t2                 the decoder writes the answer
+                     labels  = t1    t2 <eos>
+    language-model   tokens  = w1 w2 w3, labels = w2 w3 w4 (next-token prediction; decoder only)
+
+Labels are IGNORE (-100) where nothing is scored: padding and, for the decoder, the
+question. Sequences pad with <pad> to the batch's longest. Encoders (and the source of
+an encoder-decoder) mask padded keys; a causal decoder with padding only at the end
+needs no mask: no real position ever looks at a later one.
+
+And how the model answers: an encoder predicts every position at once (argmax, cut at
+the first <eos>); a decoder and an encoder-decoder generate greedily, feeding each
+token back in, with a key/value cache; a language model continues the text.
+
+    framing = get_framing(task, config.model.arch)
+    batch = framing.frame(pairs)                  # training and evaluation
+    answers = framing.answers(model, pairs)       # what the model says, as ids
+    batch, answer = framing.typed_batch(model, "3 1 2")   # attend: typed text -> one batch
+
+Adding an architecture is one class and one line in FRAMINGS.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
+
+from tinytf.errors import UserError
+from tinytf.lazy import torch
+from tinytf.tasks.base import Pairs, Task, left_compact, positions_below
+from tinytf.tasks.vocab import PAD_ID, Vocabulary
+
+if TYPE_CHECKING:
+    from torch import nn
+
+IGNORE = -100  # the label of positions the loss skips (torch's cross_entropy default)
+LM_CONTINUATION = 20  # tokens a language model writes after a prompt, at most
+
+
+@dataclass(frozen=True)
+class Batch:
+    tokens: torch.Tensor  # (B, T) model input ids
+    labels: torch.Tensor  # (B, T) the id each position should predict, or IGNORE
+    pad_mask: torch.Tensor | None = None  # (B, T) True at PAD keys, when they must be masked
+    source: torch.Tensor | None = None  # (B, S) encoder input, encoder-decoder only
+    source_pad_mask: torch.Tensor | None = None  # (B, S) True at PAD source positions
+
+    def to(self, device: torch.device | str) -> Batch:
+        def move(t: torch.Tensor | None) -> torch.Tensor | None:
+            return None if t is None else t.to(device, non_blocking=True)
+
+        return Batch(move(self.tokens), move(self.labels), move(self.pad_mask), move(self.source),
+                     move(self.source_pad_mask))  # fmt: skip
+
+    def model_inputs(self) -> dict[str, torch.Tensor | None]:
+        """Keyword arguments for `model(**batch.model_inputs())`."""
+        return {"tokens": self.tokens, "source": self.source, "pad_mask": self.pad_mask,
+                "source_pad_mask": self.source_pad_mask}  # fmt: skip
+
+    @property
+    def n_tokens(self) -> int:
+        """Non-padding positions the model processes (for tokens/s)."""
+        count = int((self.tokens != PAD_ID).sum())
+        return count + (int((self.source != PAD_ID).sum()) if self.source is not None else 0)
+
+
+class Framing:
+    """The rules of one architecture. Subclasses set `name` and implement the methods
+    that raise NotImplementedError; `get_framing` picks the class."""
+
+    name: ClassVar[str]
+    # Keys of the config's task section that only this framing reads (task.bos: encoder).
+    task_keys: ClassVar[tuple[str, ...]] = ()
+    # False where the model has no answer to a question (language models continue text).
+    answers_questions: ClassVar[bool] = True
+
+    def __init__(self, task: Task) -> None:
+        self.task = task
+
+    @property
+    def vocab(self) -> Vocabulary:
+        return self.task.vocab
+
+    def model_lengths(self) -> tuple[int, int]:
+        """The longest (tokens, source) lengths the task's examples give the model."""
+        raise NotImplementedError
+
+    def frame(self, pairs: Pairs) -> Batch:
+        """Examples -> one padded model batch (see the module docstring)."""
+        raise NotImplementedError
+
+    def added_tokens(self) -> int:
+        """Tokens framing adds to a typed input before the model reads it."""
+        return 0
+
+    def answers(self, model: nn.Module, pairs: Pairs) -> list[list[int]]:
+        """The model's answer (ids, without <eos>) to the source of every example."""
+        raise NotImplementedError
+
+    # ---- typed text (attend, predict)
+
+    def typed_input(self, text: str, max_len: int) -> list[int]:
+        """Typed text -> the ids of its source; empty text, unknown tokens and inputs
+        too long for the model are `UserError`s."""
+        ids = encode_typed(self.vocab, text)
+        check_length(len(ids) + self.added_tokens(), max_len)
+        return ids
+
+    def typed_batch(self, model: nn.Module, text: str, target: str | None = None) -> tuple[Batch, list[int] | None]:
+        """The batch of one that the model reads for typed `text`, framed as in training,
+        with `target` as the answer or else the model's own. Returns it and the answer."""
+        source = self.typed_input(text, model.config.max_len)
+        answer = encode_typed(self.vocab, target, what="target") if target is not None else None
+        if answer is None:
+            answer = self.answers(model, single_pair(source))[0]
+        batch = self.frame(single_pair(source, answer))
+        check_length(batch.tokens.size(1), model.config.max_len)
+        return batch, answer
+
+    def answer_typed(self, model: nn.Module, sources: list[list[int]], batch_size: int = 500) -> list[list[int]]:
+        """Answers to typed inputs (from `typed_input`), in batches."""
+        answers: list[list[int]] = []
+        for start in range(0, len(sources), batch_size):
+            chunk = sources[start : start + batch_size]
+            width = max(len(s) for s in chunk)
+            source = torch.tensor([s + [PAD_ID] * (width - len(s)) for s in chunk])
+            no_target = torch.zeros(len(chunk), 0, dtype=torch.long)  # (B, 0)
+            lengths = torch.tensor([len(s) for s in chunk])
+            answers += self.answers(model, Pairs(source, lengths, no_target, torch.zeros_like(lengths)))
+        return answers
+
+    def typed_example(self, pairs: Pairs, i: int) -> tuple[str, str | None]:
+        """Example i as a user would type it for `typed_batch`: (text, target or None)."""
+        source, target = pairs.example(i)
+        return self.task.render(source), self.task.render(target)
+
+
+class EncoderFraming(Framing):
+    """One bidirectional pass; a prediction per source position (plus an optional <bos>)."""
+
+    name = "encoder"
+    task_keys = ("bos",)
+
+    def model_lengths(self) -> tuple[int, int]:
+        return self.task.max_source_len + int(self.task.config.bos), 0
+
+    def added_tokens(self) -> int:
+        return int(self.task.config.bos)  # the leading <bos> position
+
+    def frame(self, pairs: Pairs) -> Batch:
+        if bool((pairs.target_len > pairs.source_len).any()):
+            raise ValueError(f"task {self.task.name!r}: a target longer than its source cannot be framed per position")
+        width = int(pairs.source_len.max())
+        in_source = positions_below(pairs.source_len, width)  # (B, S)
+        tokens = pairs.source[:, :width]
+        # Per-position labels: the target, then <eos> for positions past a shorter target.
+        labels = _pad_or_cut(pairs.target, width)
+        labels = torch.where(positions_below(pairs.target_len, width), labels, self.vocab.eos_id)
+        labels = labels.masked_fill(~in_source, IGNORE)
+        if self.task.config.bos:
+            tokens = prepend(tokens, self.vocab.bos_id)
+            labels = prepend(labels, IGNORE)
+            in_source = prepend(in_source, True)
+        return Batch(tokens, labels, pad_mask=~in_source)
+
+    def answers(self, model: nn.Module, pairs: Pairs) -> list[list[int]]:
+        with eval_mode(model):
+            batch = self.frame(pairs).to(_device(model))
+            predicted = model(**batch.model_inputs()).argmax(-1).tolist()  # (B, T)
+        offset = self.added_tokens()
+        return [
+            cut_at_eos(row[offset : offset + length], self.vocab.eos_id)
+            for row, length in zip(predicted, pairs.source_len.tolist(), strict=True)
+        ]
+
+    def typed_batch(self, model: nn.Module, text: str, target: str | None = None) -> tuple[Batch, list[int] | None]:
+        if target is not None:
+            raise UserError("--target: an encoder answers every position at once from the input alone; drop --target")
+        source = self.typed_input(text, model.config.max_len)
+        return self.frame(single_pair(source)), None
+
+    def typed_example(self, pairs: Pairs, i: int) -> tuple[str, str | None]:
+        return self.task.render(pairs.example(i)[0]), None
+
+
+class DecoderFraming(Framing):
+    """Question and answer in one causal sequence: `source <sep> target <eos>`."""
+
+    name = "decoder"
+
+    def model_lengths(self) -> tuple[int, int]:
+        return self.task.max_source_len + self.task.max_target_len + 1, 0  # source <sep> target (<eos> is a label)
+
+    def added_tokens(self) -> int:
+        return 1  # <sep> after the question
+
+    def frame(self, pairs: Pairs) -> Batch:
+        with_eos, target_len = _append_eos(pairs, self.vocab.eos_id)  # (B, T+1): t1 .. tn <eos>
+        # source <sep> target <eos>, squeezed together, as one sequence
+        sep = torch.full((len(pairs), 1), self.vocab.sep_id)
+        joined = torch.cat([pairs.source, sep, with_eos], dim=1)
+        keep = torch.cat([positions_below(pairs.source_len, pairs.source.size(1)), sep > 0,
+                          positions_below(target_len, with_eos.size(1))], dim=1)  # fmt: skip
+        sequence, length = left_compact(joined, keep)
+        width = int(length.max())
+        # Position j reads token j and predicts token j + 1; the final <eos> is never read.
+        in_input = positions_below(length - 1, width - 1)  # (B, T)
+        tokens = sequence[:, : width - 1].masked_fill(~in_input, PAD_ID)
+        # Score position j only if the token it predicts is part of the answer.
+        answer = (torch.arange(width - 1).unsqueeze(0) >= pairs.source_len.unsqueeze(1)) & in_input
+        return Batch(tokens, sequence[:, 1:width].masked_fill(~answer, IGNORE))
+
+    def answers(self, model: nn.Module, pairs: Pairs) -> list[list[int]]:
+        answers: list[list[int]] = [[] for _ in range(len(pairs))]
+        for length, rows in equal_length_groups(pairs.source_len):  # no prompt is padded
+            sep = torch.full((len(rows), 1), self.vocab.sep_id)
+            prompt = torch.cat([pairs.source[rows, :length], sep], dim=1)  # (rows, length + 1)
+            max_new = self.task.max_target_len + 1  # the answer and its <eos>
+            for row, answer in zip(rows.tolist(), greedy_generate(model, prompt, max_new, self.vocab.eos_id),
+                                   strict=True):  # fmt: skip
+                answers[row] = answer
+        return answers
+
+
+class EncoderDecoderFraming(Framing):
+    """The encoder reads the source; the decoder writes `<bos> target` and predicts `target <eos>`."""
+
+    name = "encoder-decoder"
+
+    def model_lengths(self) -> tuple[int, int]:
+        return self.task.max_target_len + 1, self.task.max_source_len  # <bos> target | source
+
+    def frame(self, pairs: Pairs) -> Batch:
+        with_eos, target_len = _append_eos(pairs, self.vocab.eos_id)  # (B, T+1): t1 .. tn <eos>
+        source_width = int(pairs.source_len.max())
+        width = int(target_len.max())
+        in_target = positions_below(target_len, width)  # (B, T)
+        tokens = prepend(with_eos[:, : width - 1], self.vocab.bos_id).masked_fill(~in_target, PAD_ID)  # <bos> t1..tn
+        labels = with_eos[:, :width].masked_fill(~in_target, IGNORE)
+        source_pad_mask = ~positions_below(pairs.source_len, source_width)  # (B, S)
+        return Batch(tokens, labels, source=pairs.source[:, :source_width], source_pad_mask=source_pad_mask)
+
+    def answers(self, model: nn.Module, pairs: Pairs) -> list[list[int]]:
+        # Encode once; the decoder starts from <bos> and attends to the (padded) source.
+        device = _device(model)
+        width = int(pairs.source_len.max())
+        source = pairs.source[:, :width].to(device)  # (B, S)
+        source_pad_mask = (~positions_below(pairs.source_len, width)).to(device)  # (B, S)
+        with eval_mode(model):
+            context, _ = model.encode(source, source_pad_mask)  # (B, S, D)
+        start = torch.full((len(pairs), 1), self.vocab.bos_id)
+        max_new = self.task.max_target_len + 1
+        return greedy_generate(model, start, max_new, self.vocab.eos_id, context, source_pad_mask)
+
+
+class LanguageModelFraming(Framing):
+    """Next-token prediction over one sequence (a decoder's job); typed text is a prompt
+    that the model continues."""
+
+    name = "language-model"
+    answers_questions = False
+
+    def model_lengths(self) -> tuple[int, int]:
+        return self.task.max_target_len - 1, 0
+
+    def frame(self, pairs: Pairs) -> Batch:
+        width = int(pairs.target_len.max())
+        sequence = pairs.target[:, :width]  # (B, L)
+        labels = sequence[:, 1:].masked_fill(~positions_below(pairs.target_len - 1, width - 1), IGNORE)
+        return Batch(sequence[:, :-1], labels)  # position j reads token j, predicts token j + 1
+
+    def typed_input(self, text: str, max_len: int) -> list[int]:
+        ids = encode_typed(self.vocab, text)
+        prompt = [self.vocab.bos_id, *ids] if self.task.starts_with_bos else ids
+        check_length(len(prompt), max_len)
+        return prompt
+
+    def typed_batch(self, model: nn.Module, text: str, target: str | None = None) -> tuple[Batch, list[int] | None]:
+        if target is not None:
+            raise UserError("--target: a language model has no answer to impose; it reads TEXT as it is")
+        ids = self.typed_input(text, model.config.max_len)
+        return Batch(torch.tensor([ids]), torch.full((1, len(ids)), IGNORE)), None
+
+    def answer_typed(self, model: nn.Module, sources: list[list[int]], batch_size: int = 500) -> list[list[int]]:
+        """Each prompt's continuation: until <eos>, at most LM_CONTINUATION tokens."""
+        lengths = torch.tensor([len(s) for s in sources])
+        answers: list[list[int]] = [[] for _ in sources]
+        for _, rows in equal_length_groups(lengths):
+            prompt = torch.tensor([sources[i] for i in rows.tolist()])  # (rows, length)
+            for row, answer in zip(rows.tolist(), greedy_generate(model, prompt, LM_CONTINUATION, self.vocab.eos_id),
+                                   strict=True):  # fmt: skip
+                answers[row] = answer
+        return answers
+
+    def typed_example(self, pairs: Pairs, i: int) -> tuple[str, str | None]:
+        return self.task.render(pairs.example(i)[1]), None
+
+
+FRAMINGS: dict[str, type[Framing]] = {
+    framing.name: framing for framing in (EncoderFraming, DecoderFraming, EncoderDecoderFraming, LanguageModelFraming)
+}
+
+
+def get_framing(task: Task, arch: str) -> Framing:
+    """How `task` is framed for `arch`: by the architecture, or as a language model."""
+    return FRAMINGS["language-model" if task.language_model else arch](task)
+
+
+# --------------------------------------------------------------------------- generation
+
+
+def greedy_generate(
+    model: nn.Module,
+    prompt: torch.Tensor,
+    max_new: int,
+    eos_id: int,
+    context: torch.Tensor | None = None,
+    source_pad_mask: torch.Tensor | None = None,
+    use_cache: bool = True,
+) -> list[list[int]]:
+    """Greedy decoding: append the most likely token to prompt (B, P) until every row has
+    produced <eos>, or max_new tokens, or the sequence fills the model's max_len. Returns
+    each row's new tokens before <eos>. `context` (B, S, D) and `source_pad_mask` (B, S):
+    the encoded source that cross-attention reads (encoder-decoder).
+
+    With `use_cache`, the prompt runs once and each later step feeds only the newest token,
+    attending to the cached keys and values of the others: the same answers as
+    recomputing the whole sequence (`use_cache=False`), in time linear, not quadratic.
+    """
+    cache = model.new_cache() if use_cache else None
+    sequence = prompt.to(_device(model))
+    finished = torch.zeros(prompt.size(0), dtype=torch.bool, device=sequence.device)
+    fed = sequence
+    with eval_mode(model):
+        while True:
+            logits, _ = model.decode(fed, context=context, source_pad_mask=source_pad_mask, cache=cache)
+            next_token = logits[:, -1].argmax(-1)  # (B,)
+            sequence = torch.cat([sequence, next_token.unsqueeze(1)], dim=1)  # (B, P + generated)
+            finished |= next_token == eos_id
+            generated = sequence.size(1) - prompt.size(1)
+            if bool(finished.all()) or generated == max_new or sequence.size(1) > model.config.max_len:
+                break
+            fed = next_token.unsqueeze(1) if use_cache else sequence
+    return [cut_at_eos(row, eos_id) for row in sequence[:, prompt.size(1) :].tolist()]
+
+
+# --------------------------------------------------------------------------- shared helpers
+
+
+@contextlib.contextmanager
+def eval_mode(model: nn.Module) -> Iterator[None]:
+    """Run `model` as at inference: no dropout, no gradients; its mode is restored after.
+    (In train mode, dropout would add noise and draw from the global random stream.)"""
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            yield
+    finally:
+        model.train(was_training)
+
+
+def cut_at_eos(ids: list[int], eos_id: int) -> list[int]:
+    """An answer up to (not including) its first <eos>; all of it if there is none."""
+    return ids[: ids.index(eos_id)] if eos_id in ids else ids
+
+
+def equal_length_groups(lengths: torch.Tensor) -> Iterator[tuple[int, torch.Tensor]]:
+    """(N,) lengths -> (length, row indices) for each distinct length, shortest first:
+    rows of equal length run together, so nothing is padded."""
+    for length in lengths.unique().tolist():
+        yield length, (lengths == length).nonzero().squeeze(1)
+
+
+def prepend(t: torch.Tensor, value: int | bool) -> torch.Tensor:
+    """(B, L) -> (B, 1 + L) with `value` in front of every row."""
+    return torch.cat([torch.full((t.size(0), 1), value, dtype=t.dtype, device=t.device), t], dim=1)
+
+
+def encode_typed(vocab: Vocabulary, text: str, what: str = "input") -> list[int]:
+    """Typed text -> ids; empty input and unknown tokens are `UserError`s."""
+    ids = vocab.encode(text)
+    if not ids:
+        raise UserError(f"the {what} is empty")
+    return ids
+
+
+def check_length(length: int, max_len: int) -> None:
+    """A `UserError` if the model would have to read more than `max_len` tokens."""
+    if length > max_len:
+        raise UserError(f"the input makes {length} tokens; this model reads at most model.max_len={max_len}")
+
+
+def single_pair(source: list[int], target: list[int] | None = None) -> Pairs:
+    """One example as `Pairs` (an empty target when none is known yet)."""
+    target = target or []
+    target_ids = torch.tensor([target]) if target else torch.zeros(1, 0, dtype=torch.long)
+    return Pairs(torch.tensor([source]), torch.tensor([len(source)]), target_ids, torch.tensor([len(target)]))
+
+
+def _append_eos(pairs: Pairs, eos_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """target (B, T) -> target with <eos> written after each row's last token (B, T+1), lengths + 1."""
+    extended = torch.nn.functional.pad(pairs.target, (0, 1), value=PAD_ID)
+    extended.scatter_(1, pairs.target_len.unsqueeze(1), eos_id)
+    return extended, pairs.target_len + 1
+
+
+def _pad_or_cut(t: torch.Tensor, width: int) -> torch.Tensor:
+    if t.size(1) >= width:
+        return t[:, :width]
+    return torch.nn.functional.pad(t, (0, width - t.size(1)), value=PAD_ID)
+
+
+def _device(model: nn.Module) -> torch.device:
+    return next(model.parameters()).device
