@@ -1,22 +1,20 @@
 """The command line: real exit codes, one-line errors, no tracebacks."""
 
+import functools
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import yaml
-from typer.testing import CliRunner
+from conftest import CONFIGS, ROOT, SUBPROCESS_ENV, assert_user_error, invoke, tiny_data, write_config
 
-from tinytf.cli import app
-
-ROOT = Path(__file__).resolve().parents[1]
-runner = CliRunner()
+from tinytf.config import TaskConfig
+from tinytf.tasks import TASKS
 
 
-@pytest.mark.parametrize("path", sorted((ROOT / "configs").glob("*.yaml")), ids=lambda p: p.name)
+@pytest.mark.parametrize("path", CONFIGS, ids=lambda p: p.name)
 def test_config_show_prints_every_resolved_key(path):
-    result = runner.invoke(app, ["config", "show", str(path)])
+    result = invoke("config", "show", path)
     assert result.exit_code == 0, result.output
     shown = yaml.safe_load(result.stdout)
     assert set(shown) == {"task", "model", "train", "log", "seed"}
@@ -25,9 +23,7 @@ def test_config_show_prints_every_resolved_key(path):
 
 
 def test_config_show_applies_overrides():
-    result = runner.invoke(
-        app, ["config", "show", str(ROOT / "configs/quickstart.yaml"), "--set", "model.d_model=32", "--set", "seed=3"]
-    )
+    result = invoke("config", "show", ROOT / "configs/quickstart.yaml", "--set", "model.d_model=32", "--set", "seed=3")
     assert result.exit_code == 0, result.output
     shown = yaml.safe_load(result.stdout)
     assert shown["model"]["d_model"] == 32 and shown["seed"] == 3
@@ -45,7 +41,7 @@ def test_user_errors_are_one_line_and_exit_2(file_text, args, fragment, tmp_path
     path = tmp_path / "missing.yaml"
     if file_text is not None:
         path.write_text(file_text)
-    result = runner.invoke(app, ["config", "show", str(path), *args])
+    result = invoke("config", "show", path, *args)
     assert result.exit_code == 2
     assert result.stdout == ""
     assert result.stderr.startswith("error: ") and result.stderr.count("\n") == 1
@@ -57,8 +53,9 @@ def test_python_dash_m_reports_errors_without_traceback(tmp_path):
     bad = tmp_path / "bad.yaml"
     bad.write_text("model:\n  d_model: 64\n   n_heads: 4\n")
     process = subprocess.run(
-        [sys.executable, "-m", "tinytf", "config", "show", str(bad)], capture_output=True, text=True, timeout=120
-    )
+        [sys.executable, "-m", "tinytf", "config", "show", str(bad)],
+        capture_output=True, text=True, timeout=120, env=SUBPROCESS_ENV,
+    )  # fmt: skip
     assert process.returncode == 2
     assert "Traceback" not in process.stderr
     assert (
@@ -67,6 +64,75 @@ def test_python_dash_m_reports_errors_without_traceback(tmp_path):
 
 
 def test_help_lists_commands():
-    result = runner.invoke(app, ["--help"])
+    result = invoke("--help")
     assert result.exit_code == 0
     assert "config" in result.stdout
+
+
+@functools.cache
+def listed_tasks():
+    """`tinytf tasks` parsed (once): task name -> the lines of its block."""
+    result = invoke("tasks")
+    assert result.exit_code == 0, result.output
+    blocks = [block.splitlines() for block in result.stdout.strip().split("\n\n")]
+    return {lines[0]: lines[1:] for lines in blocks}
+
+
+def test_tasks_lists_every_task_with_its_architectures_and_keys():
+    blocks = listed_tasks()
+    assert list(blocks) == list(TASKS)
+    for name, cls in TASKS.items():
+        lines = blocks[name]
+        assert lines[0] == f"  {cls.description}"
+        assert f"  architectures: {', '.join(cls.archs)}" in lines
+        assert any(line.startswith("  example: ") for line in lines)
+    assert "  keys: task.name, task.digits, task.answer_order, task.eval_size" in blocks["add"]
+    assert ("  keys: task.name, task.vocab_size, task.min_len, task.max_len, task.bos (arch=encoder only), "
+            "task.eval_size") in blocks["sort"]  # fmt: skip
+    assert "  keys: task.name, task.path, task.tokenizer, task.max_len, task.eval_size" in blocks["text"]
+
+
+# A value for every key of the task section, one that a task using the key accepts.
+TASK_KEY_VALUES = {"vocab_size": 3, "min_len": 3, "max_len": 6, "digits": 2, "answer_order": "lsd", "bos": True,
+                   "tokenizer": "word", "eval_size": 10}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", sorted(TASKS))
+def test_the_keys_tasks_lists_are_the_keys_config_show_accepts(name, tmp_path):
+    """`tinytf tasks` and the config checks agree: each listed key loads, every other is refused."""
+    (keys_line,) = [line for line in listed_tasks()[name] if line.startswith("  keys: ")]
+    arch_of = {}  # listed key -> an architecture that reads it
+    for entry in keys_line.removeprefix("  keys: task.").split(", task."):
+        key, _, only = entry.partition(" (arch=")
+        arch_of[key] = only.removesuffix(" only)") or TASKS[name].archs[0]
+    assert arch_of.keys() <= TaskConfig.model_fields.keys()
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text("one two three four five six seven eight nine ten " * 30)
+    needed = {"path": str(corpus)} if name == "text" else {}
+    for key in TaskConfig.model_fields.keys() - {"name"}:
+        value = str(corpus) if key == "path" else TASK_KEY_VALUES[key]
+        data = {"task": {"name": name, **needed, key: value}, "model": {"arch": arch_of.get(key, TASKS[name].archs[0])}}
+        result = invoke("config", "show", write_config(tmp_path, data))
+        if key in arch_of:
+            assert result.exit_code == 0, (key, result.output)
+        else:
+            assert_user_error(result, f"task.{key}: {name} does not use it")
+
+
+@pytest.mark.parametrize(
+    "task, fragment",
+    [
+        ({"name": "text", "path": "/no/such.txt", "max_len": 8}, "task.path: file not found: /no/such.txt"),
+        ({"name": "sort", "vocab_size": 5, "max_len": 5, "digits": 4}, "task.digits: sort does not use it"),
+    ],
+    ids=["missing task.path", "unused task key"],
+)
+def test_config_show_and_train_refuse_a_config_with_the_same_line(task, fragment, tmp_path):
+    path = write_config(tmp_path, {**tiny_data(), "task": task})
+    shown = invoke("config", "show", path)
+    trained = invoke("train", path, "--runs-dir", tmp_path / "runs")
+    assert_user_error(shown, fragment)
+    assert_user_error(trained, fragment)
+    assert trained.stderr == shown.stderr
+    assert trained.stdout == shown.stdout == ""
+    assert not (tmp_path / "runs").exists()  # refused before a run folder was made

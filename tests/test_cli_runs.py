@@ -1,48 +1,29 @@
 """The product as users meet it: train, attend, predict and eval through the real CLI."""
 
 import json
+import shutil
 import signal
 import subprocess
 import sys
-import time
-from pathlib import Path
+import threading
 
 import numpy as np
 import pytest
 import torch
 import yaml
-from typer.testing import CliRunner
+from conftest import ROOT, SUBPROCESS_ENV, assert_user_error, invoke, read_metrics, tiny_data, write_config
 
 from tinytf.attend import attention_report
-from tinytf.checkpoint import load_checkpoint
-from tinytf.cli import app
+from tinytf.checkpoint import load_checkpoint, save_checkpoint
+from tinytf.framing import LM_CONTINUATION
 from tinytf.runs import checkpoint_path, load_run
 
-ROOT = Path(__file__).resolve().parents[1]
-runner = CliRunner()
-
-TINY = {
-    "task": {"name": "sort", "vocab_size": 5, "min_len": 3, "max_len": 5, "eval_size": 40},
-    "model": {"arch": "decoder", "d_model": 16, "n_heads": 2, "n_layers": 2, "d_ff": 32},
-    "train": {"steps": 20, "batch_size": 16, "eval_every": 10, "checkpoint_every": 10, "device": "cpu"},
-    "log": {"every": 5, "attention_every": 10},
-}
-
-
-def write_config(folder, data):
-    path = folder / "tiny.yaml"
-    path.write_text(yaml.safe_dump(data))
-    return path
-
-
-def invoke(*args):
-    return runner.invoke(app, [str(arg) for arg in args])
-
-
-def assert_user_error(result, fragment):
-    assert result.exit_code == 2, result.output
-    assert result.stderr.startswith("error: ") and result.stderr.count("\n") == 1, result.stderr
-    assert fragment in result.stderr, result.stderr
+# Two layers (for --layer 1), 20 steps, a checkpoint every 10.
+TINY = tiny_data(
+    model={"n_layers": 2},
+    train={"steps": 20, "batch_size": 16, "eval_every": 10, "checkpoint_every": 10},
+    log={"every": 5, "attention_every": 10},
+)
 
 
 @pytest.fixture(scope="module", params=["decoder", "encoder", "encoder-decoder"])
@@ -182,26 +163,57 @@ def test_train_without_config_uses_the_quickstart(tmp_path, monkeypatch):
     assert yaml.safe_load((run_dir / "config.yaml").read_text())["task"]["name"] == "sentences"
 
 
+# `tinytf train` as a user runs it, plus a logger that prints a line once each evaluation is
+# logged: the Ctrl-C test waits for that line (a blocking read), never for time to pass.
+ANNOUNCING_TINYTF = """
+import sys
+import tinytf.training
+from tinytf.cli import main
+from tinytf.loggers import NullLogger
+
+class AnnounceEvaluations(NullLogger):
+    def metrics(self, step, split, values):
+        if split == "val":
+            print(f"evaluated step {step}", flush=True)
+
+real_train = tinytf.training.train
+
+def train(config, **kwargs):
+    return real_train(config, **{**kwargs, "loggers": [*kwargs["loggers"], AnnounceEvaluations()]})
+
+tinytf.training.train = train
+sys.argv[0] = "tinytf"
+main()
+"""
+
+
 def test_ctrl_c_saves_and_prints_the_resume_command(tmp_path):
     data = {**TINY, "train": {**TINY["train"], "steps": 100000, "checkpoint_every": 100000}}
-    config = write_config(tmp_path, data)
-    process = subprocess.Popen(
-        [sys.executable, "-m", "tinytf", "train", str(config), "--runs-dir", str(tmp_path / "runs")],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    try:
-        deadline = time.time() + 120
-        while time.time() < deadline and not list((tmp_path / "runs").glob("*/checkpoints/best.pt")):
-            time.sleep(0.2)  # wait until training is under way (the first evaluation is done)
-        process.send_signal(signal.SIGINT)
-        _, stderr = process.communicate(timeout=120)
-    finally:
-        process.kill()
-    assert process.returncode == 130, stderr
-    assert "Traceback" not in stderr
+    command = [sys.executable, "-c", ANNOUNCING_TINYTF, "train", str(write_config(tmp_path, data)),
+               "--runs-dir", str(tmp_path / "runs")]  # fmt: skip
+    with open(tmp_path / "stderr.txt", "w+") as stderr:
+        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=stderr, text=True, env=SUBPROCESS_ENV)
+        safety_net = threading.Timer(300, process.kill)  # only if the process hangs: the test waits on events
+        safety_net.start()
+        try:
+            first = process.stdout.readline()  # blocks until the first evaluation is logged
+            process.send_signal(signal.SIGINT)
+            rest, _ = process.communicate()
+        finally:
+            safety_net.cancel()
+            process.kill()
+        stderr.seek(0)
+        errors = stderr.read()
+    assert first == "evaluated step 10\n", (first, errors)
+    assert process.returncode == 130, errors
+    assert "Traceback" not in errors
     (run_dir,) = (tmp_path / "runs").iterdir()
-    assert f"resume with: tinytf train --resume {run_dir}" in stderr
-    assert load_checkpoint(checkpoint_path(run_dir, "last"))["step"] >= 10
+    assert f"resume with: tinytf train --resume {run_dir}" in errors
+    step = load_checkpoint(checkpoint_path(run_dir, "last"))["step"]
+    assert step >= 10 and f"interrupted at step {step}; checkpoint saved in {run_dir}" in errors
+    evaluated = [f"evaluated step {r['step']}" for r in read_metrics(run_dir) if r["split"] == "val"]
+    assert (first + rest).splitlines() == evaluated
+    assert max(r["step"] for r in read_metrics(run_dir)) <= step  # nothing logged past the saved step
 
 
 def test_resume_with_a_changed_model_is_refused_and_changes_nothing(trained):
@@ -232,3 +244,126 @@ def test_unwritable_places_are_one_line_errors(trained, tmp_path):
                       "cannot write")  # fmt: skip
     assert_user_error(invoke("train", write_config(tmp_path, TINY), "--runs-dir", blocker / "runs"),
                       "cannot create a run folder")  # fmt: skip
+
+
+# ---- attend --target, attend --checkpoint, predict on a language model, resume with more steps
+
+
+@pytest.mark.parametrize("trained", ["decoder", "encoder-decoder"], indirect=True)
+def test_attend_with_a_target_reads_that_answer(trained):
+    runs, _ = trained
+    own = json.loads(invoke("attend", "3 1 2", "--runs-dir", runs, "--format", "json").stdout)["answer"]
+    target = ["4", "0", "4", "0"] if own != ["4", "0", "4", "0"] else ["0", "4"]  # never the model's own answer
+    result = invoke("attend", "3 1 2", "--runs-dir", runs, "--target", " ".join(target), "--format", "json")
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["answer"] == target
+    if report["source_tokens"] is None:  # decoder: question and answer in one sequence
+        assert report["tokens"] == ["3", "1", "2", "<sep>", *target]
+    else:  # encoder-decoder: the encoder reads the question, the decoder the answer
+        assert report["source_tokens"] == ["3", "1", "2"] and report["tokens"] == ["<bos>", *target]
+    for entry in report["attention"]:
+        if entry["stack"] == "decoder":
+            assert entry["query_tokens"] == report["tokens"]
+            assert entry["key_tokens"] == (report["tokens"] if entry["kind"] == "self" else ["3", "1", "2"])
+    table = invoke("attend", "3 1 2", "--runs-dir", runs, "--target", " ".join(target))
+    assert table.exit_code == 0, table.output
+    assert f"answer: {' '.join(target)}\n" in table.stdout and f"answer: {' '.join(own)}\n" not in table.stdout
+
+
+@pytest.mark.parametrize("trained", ["encoder"], indirect=True)
+def test_attend_with_a_target_on_an_encoder_is_an_error(trained):
+    runs, _ = trained
+    result = invoke("attend", "3 1 2", "--runs-dir", runs, "--target", "1 2 3")
+    assert_user_error(result, "an encoder answers every position at once")
+    assert result.stdout == ""
+
+
+@pytest.mark.parametrize("trained", ["decoder"], indirect=True)
+def test_attend_checkpoint_last_reads_last_pt(trained, tmp_path):
+    _, original = trained
+    run_dir = tmp_path / original.name
+    shutil.copytree(original, run_dir)
+    # A last.pt unlike best.pt: another step, and sharper attention (queries and keys scaled up).
+    state = load_checkpoint(checkpoint_path(run_dir, "last"))
+    state["step"] = 999
+    state["model"] = {key: value * 1.5 if value.is_floating_point() else value for key, value in state["model"].items()}
+    save_checkpoint(state, checkpoint_path(run_dir, "last"))
+
+    best_step = load_checkpoint(checkpoint_path(run_dir, "best"))["step"]
+    last = invoke("attend", "3 1 2", "--run", run_dir, "--checkpoint", "last")
+    best = invoke("attend", "3 1 2", "--run", run_dir)
+    assert last.exit_code == best.exit_code == 0, last.output + best.output
+    assert last.stdout.startswith(f"run {run_dir} (last checkpoint, step 999)\n")
+    assert best.stdout.startswith(f"run {run_dir} (best checkpoint, step {best_step})\n")
+
+    report = json.loads(invoke("attend", "3 1 2", "--run", run_dir, "--checkpoint", "last", "--format", "json").stdout)
+    loaded = load_run(run_dir, "last")
+    expected = attention_report(loaded.model, loaded.framing, "3 1 2")
+    best_report = attention_report(load_run(run_dir, "best").model, loaded.framing, "3 1 2")
+    for entry, from_last, from_best in zip(report["attention"], expected.maps, best_report.maps, strict=True):
+        np.testing.assert_allclose(np.array(entry["weights"]), from_last.weights, atol=1e-6)
+        assert not np.allclose(np.array(entry["weights"]), from_best.weights, atol=1e-4)
+
+
+def greedy_continuation(loaded, prompt):
+    """A language model's continuation of `prompt` the slow way: one full forward pass per
+    new word, no cache, until <eos> or LM_CONTINUATION words."""
+    vocab = loaded.vocab
+    ids = [vocab.bos_id, *vocab.encode(prompt)]  # sentences begin with <bos>
+    words = []
+    with torch.no_grad():
+        while len(words) < LM_CONTINUATION:
+            next_id = int(loaded.model(torch.tensor([ids]))[0, -1].argmax())
+            if next_id == vocab.eos_id:
+                break
+            ids.append(next_id)
+            words.append(vocab.decode([next_id])[0])
+    return words
+
+
+def test_predict_on_a_language_model_prints_the_continuation(tmp_path):
+    data = {**TINY, "task": {"name": "sentences", "min_len": 3, "max_len": 8, "eval_size": 20},
+            "train": {**TINY["train"], "steps": 100, "eval_every": 50, "checkpoint_every": 50, "lr": 0.01}}  # fmt: skip
+    trained = invoke("train", write_config(tmp_path, data), "--runs-dir", tmp_path / "runs")
+    assert trained.exit_code == 0, trained.output
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    loaded = load_run(run_dir)
+
+    single = invoke("predict", "the", "--run", run_dir)
+    assert single.exit_code == 0, single.output
+    expected = greedy_continuation(loaded, "the")
+    assert expected and set(expected) <= set(loaded.vocab.tokens)  # it has learnt that "the" goes on
+    assert single.stdout == " ".join(expected) + "\n"
+
+    prompts = ["the", "some cats that sleep", "the dog"]  # different lengths, answered in one call
+    (tmp_path / "prompts.txt").write_text("\n".join(prompts) + "\n")
+    many = invoke("predict", "--file", tmp_path / "prompts.txt", "--run", run_dir, "--format", "json")
+    assert many.exit_code == 0, many.output
+    lines = [json.loads(line) for line in many.stdout.splitlines()]
+    assert [line["input"] for line in lines] == [["<bos>", *prompt.split()] for prompt in prompts]
+    assert [line["output"] for line in lines] == [greedy_continuation(loaded, prompt) for prompt in prompts]
+
+    # a language model has no answer to impose: attend reads the text as it is
+    assert_user_error(invoke("attend", "the cat", "--run", run_dir, "--target", "sat"), "a language model")
+    report = json.loads(invoke("attend", "the cat", "--run", run_dir, "--format", "json").stdout)
+    assert report["tokens"] == ["<bos>", "the", "cat"] and report["answer"] is None
+
+
+@pytest.mark.parametrize("trained", ["decoder"], indirect=True)
+def test_resume_with_more_steps_continues_from_the_saved_step(trained, tmp_path):
+    _, original = trained
+    run_dir = tmp_path / original.name
+    shutil.copytree(original, run_dir)
+    before = read_metrics(run_dir)
+    assert load_checkpoint(checkpoint_path(run_dir, "last"))["step"] == 20
+
+    result = invoke("train", "--resume", run_dir, "--set", "train.steps=30")
+    assert result.exit_code == 0, result.output
+    assert f"run: {run_dir}" in result.stdout
+    assert load_checkpoint(checkpoint_path(run_dir, "last"))["step"] == 30
+    after = read_metrics(run_dir)
+    assert after[: len(before)] == before  # the first 20 steps are not trained or logged again
+    assert [r["step"] for r in after if r["split"] == "train"] == [5, 10, 15, 20, 25, 30]
+    assert [r["step"] for r in after if r["split"] == "val"] == [10, 20, 30]
+    assert yaml.safe_load((run_dir / "config.yaml").read_text())["train"]["steps"] == 30

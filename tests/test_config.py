@@ -1,16 +1,13 @@
 """The config system: defaults, overrides, and one clear line for every mistake."""
 
-from pathlib import Path
-
 import pytest
+from conftest import CONFIGS
 
 import tinytf
 from tinytf.config import Config, ModelConfig, config_from_dict, parse_config
 from tinytf.errors import ConfigError
 from tinytf.experiment import load_config, save_config
 from tinytf.tasks import get_task
-
-CONFIGS = sorted(Path(__file__).resolve().parents[1].joinpath("configs").glob("*.yaml"))
 
 
 def test_configs_folder_is_not_empty():
@@ -70,13 +67,6 @@ def test_configs_are_immutable():
         config.model.d_model = 3
 
 
-def test_derived_layer_counts():
-    assert ModelConfig(arch="decoder", n_layers=3).encoder_layers == 0
-    assert ModelConfig(arch="decoder", n_layers=3).decoder_layers == 3
-    seq2seq = ModelConfig(arch="encoder-decoder", n_layers=2, n_decoder_layers=5)
-    assert (seq2seq.encoder_layers, seq2seq.decoder_layers) == (2, 5)
-
-
 # Each case: YAML text, overrides, and fragments the one-line message must contain.
 ERROR_CASES = {
     "unknown key with suggestion": ("model:\n  d_modle: 64\n", [], ["model.d_modle", "unknown key", "'d_model'"]),
@@ -101,7 +91,7 @@ ERROR_CASES = {
     "stack depth on a single-stack arch": (
         "model:\n  arch: decoder\n  n_encoder_layers: 2\n",
         [],
-        ["n_encoder_layers"],
+        ["model.n_encoder_layers: arch=decoder does not use it", "only arch=encoder-decoder"],
     ),
     "section is not a mapping": ("model: 5\n", [], ["model", "expected a section"]),
     "top level is not a mapping": ("- 1\n- 2\n", [], ["expected a mapping of sections", "a list"]),

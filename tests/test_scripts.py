@@ -4,18 +4,17 @@ figures are not checked here: timings belong in the benchmark, not in tests.)"""
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import ROOT, SUBPROCESS_ENV
 from torch.utils.flop_counter import FlopCounterMode
 
-ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 
-import bench  # noqa: E402
-import contenders  # noqa: E402
+import bench
+import contenders
 
 # Two small shapes with different widths, depths, head counts and lengths (B x T tokens).
 SMALL_SHAPES = [
@@ -25,7 +24,7 @@ SMALL_SHAPES = [
 
 
 def run_script(*args: str) -> None:
-    subprocess.run([sys.executable, *args], cwd=ROOT, check=True, capture_output=True, timeout=300)
+    subprocess.run([sys.executable, *args], cwd=ROOT, env=SUBPROCESS_ENV, check=True, capture_output=True, timeout=300)
 
 
 @pytest.mark.parametrize("shape", ["tiny", "default"])

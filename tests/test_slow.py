@@ -1,14 +1,11 @@
 """Full trainings: the shipped configs reach what the README says. Minutes each, so
 they run on demand only: `python -m pytest -m slow`."""
 
-from pathlib import Path
-
 import pytest
+from conftest import ROOT
 
 from tinytf.experiment import load_config
 from tinytf.training import train
-
-ROOT = Path(__file__).resolve().parents[1]
 
 # config -> held-out exact-match accuracy it must reach (the README table reports more)
 EXPECTED = {

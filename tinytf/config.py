@@ -89,7 +89,8 @@ class ModelConfig(Section):
     d_model: PositiveInt = 128
     n_heads: PositiveInt = 4
     n_layers: PositiveInt = 2
-    # Encoder-decoder only: depth of each stack; unset means `n_layers`.
+    # Encoder-decoder only (another arch setting them is an error): depth of each stack;
+    # unset means `n_layers`.
     n_encoder_layers: PositiveInt | None = None
     n_decoder_layers: PositiveInt | None = None
     d_ff: PositiveInt = 512
@@ -111,29 +112,11 @@ class ModelConfig(Section):
             )
         if self.positional == "rope" and self.head_dim % 2:
             raise ValueError(f"positional=rope needs an even head width, but d_model / n_heads = {self.head_dim}")
-        if self.arch != "encoder-decoder":
-            for key in ("n_encoder_layers", "n_decoder_layers"):
-                if getattr(self, key) is not None:
-                    raise ValueError(f"{key} only applies to arch=encoder-decoder (arch is {self.arch}); use n_layers")
         return self
 
     @property
     def head_dim(self) -> int:
         return self.d_model // self.n_heads
-
-    @property
-    def encoder_layers(self) -> int:
-        """Depth of the encoder stack (0 when the architecture has none)."""
-        if self.arch == "decoder":
-            return 0
-        return self.n_encoder_layers or self.n_layers
-
-    @property
-    def decoder_layers(self) -> int:
-        """Depth of the decoder stack (0 when the architecture has none)."""
-        if self.arch == "encoder":
-            return 0
-        return self.n_decoder_layers or self.n_layers
 
 
 class TrainConfig(Section):

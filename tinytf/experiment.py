@@ -64,6 +64,7 @@ def check_config(config: Config) -> Config:
         )  # fmt: skip
     framing = get_framing(task, arch)
     _check_task_keys(config, task, framing)
+    _check_model_keys(config)
     task.check()
     longest = max(framing.model_lengths())
     if longest > config.model.max_len:
@@ -126,6 +127,16 @@ def _check_task_keys(config: Config, task: Task, framing: Framing) -> None:
             raise ConfigProblem(f"task.{key}: arch={framing.name} does not use it (only {users} does)",
                                 f"task.{key}", "model.arch")  # fmt: skip
         raise ConfigProblem(f"task.{key}: {task.name} does not use it (its keys: {', '.join(used)})", f"task.{key}")
+
+
+def _check_model_keys(config: Config) -> None:
+    """Model keys that only some architectures use must be unset (null) for the others."""
+    arch = config.model.arch
+    for key in {key for framing in FRAMINGS.values() for key in framing.model_keys} - set(FRAMINGS[arch].model_keys):
+        if getattr(config.model, key) is not None:
+            users = ", ".join(f"arch={f.name}" for f in FRAMINGS.values() if key in f.model_keys)
+            raise ConfigProblem(f"model.{key}: arch={arch} does not use it (only {users} does); use model.n_layers",
+                                f"model.{key}", "model.arch")  # fmt: skip
 
 
 def _framing_only_keys() -> set[str]:

@@ -85,6 +85,8 @@ class Framing:
     name: ClassVar[str]
     # Keys of the config's task section that only this framing reads (task.bos: encoder).
     task_keys: ClassVar[tuple[str, ...]] = ()
+    # Keys of the model section that only this architecture uses (per-stack depths).
+    model_keys: ClassVar[tuple[str, ...]] = ()
     # False where the model has no answer to a question (language models continue text).
     answers_questions: ClassVar[bool] = True
 
@@ -240,6 +242,7 @@ class EncoderDecoderFraming(Framing):
     """The encoder reads the source; the decoder writes `<bos> target` and predicts `target <eos>`."""
 
     name = "encoder-decoder"
+    model_keys = ("n_encoder_layers", "n_decoder_layers")
 
     def model_lengths(self) -> tuple[int, int]:
         return self.task.max_target_len + 1, self.task.max_source_len  # <bos> target | source

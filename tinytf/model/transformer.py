@@ -72,8 +72,11 @@ class Transformer(nn.Module):
 
         has_encoder = config.arch in ("encoder", "encoder-decoder")
         has_decoder = config.arch in ("decoder", "encoder-decoder")
-        self.encoder = stack(config.encoder_layers, causal=False, cross_attention=False) if has_encoder else None
-        self.decoder = stack(config.decoder_layers, causal=True, cross_attention=has_encoder) if has_decoder else None
+        # An encoder-decoder may give each stack its own depth; unset means n_layers.
+        n_encoder_layers = config.n_encoder_layers or config.n_layers
+        n_decoder_layers = config.n_decoder_layers or config.n_layers
+        self.encoder = stack(n_encoder_layers, causal=False, cross_attention=False) if has_encoder else None
+        self.decoder = stack(n_decoder_layers, causal=True, cross_attention=has_encoder) if has_decoder else None
 
         self.lm_head = nn.Linear(d_model, vocab_size, bias=False)  # (B, T, D) -> (B, T, V)
         if config.tie_embeddings:

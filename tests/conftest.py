@@ -1,0 +1,70 @@
+"""What several test files share: the repository's paths, the tiny config every training
+test starts from, and the helpers that run the CLI and read a run's metrics.
+
+Test files import the helpers by name (`from conftest import tiny_config`): pytest puts
+this folder on sys.path, since tests/ is not a package.
+"""
+
+import json
+import os
+from pathlib import Path
+
+import yaml
+from typer.testing import CliRunner
+
+from tinytf.cli import app
+from tinytf.config import config_from_dict
+
+ROOT = Path(__file__).resolve().parents[1]
+CONFIGS = sorted((ROOT / "configs").glob("*.yaml"))
+
+# A subprocess that trains gets one thread: the test process waiting on it holds the other core.
+SUBPROCESS_ENV = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+_runner = CliRunner()
+
+
+def tiny_data(seed=0, **sections):
+    """The tiny config as plain data: sort on 5 symbols, a 1-layer d_model=16 decoder,
+    12 steps on the CPU. Each keyword is a section whose keys replace the base's, e.g.
+    tiny_data(model={"arch": "encoder"}, train={"steps": 4})."""
+    base = {
+        "seed": seed,
+        "task": {"name": "sort", "vocab_size": 5, "min_len": 3, "max_len": 5, "eval_size": 40},
+        "model": {"arch": "decoder", "d_model": 16, "n_heads": 2, "n_layers": 1, "d_ff": 32, "dropout": 0.1},
+        "train": {"steps": 12, "batch_size": 8, "eval_every": 4, "checkpoint_every": 100, "warmup_steps": 3,
+                  "device": "cpu"},
+        "log": {"every": 2, "attention_every": 6},
+    }  # fmt: skip
+    for section, keys in sections.items():
+        base[section] = base.get(section, {}) | keys
+    return base
+
+
+def tiny_config(seed=0, **sections):
+    """`tiny_data` as a `Config`."""
+    return config_from_dict(tiny_data(seed, **sections))
+
+
+def write_config(folder, data, name="tiny.yaml"):
+    """`data` as a YAML config file in `folder`; returns its path."""
+    path = Path(folder) / name
+    path.write_text(yaml.safe_dump(data))
+    return path
+
+
+def read_metrics(run_dir):
+    """A run's metrics.jsonl as a list of dicts, in the order they were logged."""
+    return [json.loads(line) for line in (Path(run_dir) / "metrics.jsonl").read_text().splitlines()]
+
+
+def invoke(*args):
+    """Run the `tinytf` CLI in this process; arguments may be paths or numbers."""
+    return _runner.invoke(app, [str(arg) for arg in args])
+
+
+def assert_user_error(result, fragment):
+    """The CLI failed the way a user error must: exit code 2, one `error: ` line on stderr."""
+    assert result.exit_code == 2, result.output
+    assert result.stderr.startswith("error: ") and result.stderr.count("\n") == 1, result.stderr
+    assert fragment in result.stderr, result.stderr

@@ -1,0 +1,172 @@
+"""The shape of the code: which module may import which, what the command line loads
+before it does any work, and where per-architecture rules may live."""
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "tinytf"
+ARCHS = {"encoder", "decoder", "encoder-decoder"}
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {module_name(path): path for path in sorted(PACKAGE.rglob("*.py"))}
+
+
+def imported_modules(path: Path) -> set[str]:
+    """Every tinytf module `path` imports, anywhere in the file: at the top, inside a
+    function, or under `if TYPE_CHECKING`."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            # `from tinytf.tasks import base` imports the module tinytf.tasks.base
+            found |= {f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in MODULES else node.module
+                      for a in node.names}  # fmt: skip
+    return {name for name in found if name in MODULES}
+
+
+def test_the_import_graph_has_no_cycle():
+    graph = {name: imported_modules(path) - {name} for name, path in MODULES.items()}
+    # A package imports its own modules; a module never imports its package back.
+    done: set[str] = set()
+
+    def visit(name: str, trail: list[str]) -> None:
+        if name in trail:
+            cycle = [*trail[trail.index(name) :], name]
+            pytest.fail(f"import cycle: {' -> '.join(cycle)}")
+        if name in done:
+            return
+        for other in sorted(graph[name]):
+            visit(other, [*trail, name])
+        done.add(name)
+
+    for name in graph:
+        visit(name, [])
+
+
+def test_the_config_schema_imports_nothing_of_tinytf_but_its_errors():
+    assert imported_modules(MODULES["tinytf.config"]) == {"tinytf.errors"}
+    assert imported_modules(MODULES["tinytf.errors"]) == set()
+
+
+def architecture_comparisons(source: str) -> list[int]:
+    """Lines that compare an architecture: `arch == ...`, `x.arch != ...`, or `arch in` a
+    literal of architecture names. (`arch in task.archs` asks a declaration: allowed.)"""
+
+    def names_arch(node: ast.expr) -> bool:
+        return (isinstance(node, ast.Name) and node.id == "arch") or (
+            isinstance(node, ast.Attribute) and node.attr == "arch"
+        )
+
+    def arch_literal(node: ast.expr) -> bool:
+        values = node.elts if isinstance(node, ast.Tuple | ast.List | ast.Set) else [node]
+        return any(isinstance(v, ast.Constant) and v.value in ARCHS for v in values)
+
+    lines = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Compare):
+            operands = [node.left, *node.comparators]
+            membership = all(isinstance(op, ast.In | ast.NotIn) for op in node.ops)
+            if any(map(names_arch, operands)) and (not membership or any(map(arch_literal, operands))):
+                lines.append(node.lineno)
+    return lines
+
+
+def test_the_architecture_check_tells_a_rule_from_a_declaration():
+    assert architecture_comparisons("if config.model.arch == 'decoder': pass") == [1]
+    assert architecture_comparisons("x = 1\nok = arch in ('encoder', 'encoder-decoder')") == [2]
+    assert architecture_comparisons("if arch not in task.archs: pass") == []
+    assert architecture_comparisons("if stack == 'encoder': pass") == []
+
+
+def test_only_the_model_and_the_framings_look_at_the_architecture():
+    # A rule that depends on model.arch belongs to a Framing class (or to the model that
+    # the architecture shapes), not to an `if arch == ...` elsewhere.
+    offenders = [
+        f"{path.relative_to(ROOT)}:{line}"
+        for name, path in MODULES.items()
+        if not (name.startswith("tinytf.model") or name == "tinytf.framing")
+        for line in architecture_comparisons(path.read_text())
+    ]
+    assert not offenders
+
+
+FAST_COMMANDS = [
+    ["--help"],
+    *[[command, "--help"] for command in ("train", "attend", "predict", "eval", "tasks", "board")],
+    ["config", "show", "--help"],
+    ["config", "show", "configs/quickstart.yaml"],
+    ["config", "show", "configs/add-decoder.yaml", "--set", "task.digits=4"],
+    ["config", "show", "configs/sort-decoder.yaml", "--set", "task.digits=4"],  # an error: still no torch
+]
+
+
+@pytest.mark.parametrize("args", FAST_COMMANDS, ids=" ".join)
+def test_help_and_config_show_never_import_torch(args):
+    # The real torch import loads its C extension; `tinytf.lazy` leaves only a placeholder.
+    program = (
+        "import sys\n"
+        "from tinytf.cli import app\n"
+        "try:\n"
+        f"    app({args!r}, prog_name='tinytf')\n"
+        "except SystemExit as exit:\n"
+        "    code = exit.code\n"
+        "print('torch loaded' if 'torch._C' in sys.modules else 'torch not loaded', code, file=sys.stderr)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", program], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert "torch not loaded" in result.stderr.splitlines()[-1], result.stderr
+    assert result.stderr.splitlines()[-1].endswith(" 2" if "sort-decoder" in " ".join(args) else " 0")
+
+
+def test_the_lazy_torch_is_the_real_torch_once_used():
+    program = (
+        "import sys\n"
+        "from tinytf.lazy import torch\n"
+        "assert 'torch._C' not in sys.modules\n"
+        "print(torch.ones(2).sum().item(), 'torch._C' in sys.modules)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", program], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert result.stdout.split() == ["2.0", "True"], result.stderr
+
+
+def test_the_readme_names_every_module():
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("## Architecture") :]
+    for name, path in MODULES.items():
+        if name.startswith(("tinytf.model.", "tinytf.tasks.")) or path.name in ("__init__.py", "__main__.py"):
+            continue
+        assert f"`{path.name}`" in section, f"README's Architecture section does not mention {path.name}"
+
+
+def test_modules_import_only_from_their_layer_or_below():
+    readme = (ROOT / "README.md").read_text()
+    layer_of = {}  # "viz.py" -> 2, "model/" -> 2
+    for line in readme.splitlines():
+        words = line.split()
+        if len(words) > 2 and words[0] == "layer":
+            for word in words[2:]:
+                if not word.endswith((".py", "/")):
+                    break  # the comment after the files
+                layer_of[word] = int(words[1])
+
+    def layer(name: str) -> int:
+        path = MODULES[name].relative_to(PACKAGE)
+        return layer_of[f"{path.parts[0]}/" if len(path.parts) > 1 else path.name]
+
+    placed = {name for name in MODULES if name not in ("tinytf", "tinytf.__main__")}
+    assert all(MODULES[name].name in layer_of or f"{MODULES[name].relative_to(PACKAGE).parts[0]}/" in layer_of
+               for name in placed), "a module is missing from the README's layers"  # fmt: skip
+    upward = [
+        f"{a} -> {b}" for a in placed for b in imported_modules(MODULES[a]) if b in placed and layer(b) > layer(a)
+    ]
+    assert not upward
