@@ -168,16 +168,7 @@ def read_config(path: str | Path, overrides: Iterable[str] = (), check: Check | 
 
     Raises `ConfigError` with a one-line message for every user mistake.
     """
-    path = Path(path)
-    if not path.exists():
-        raise ConfigError(f"{path}: config file not found")
-    if path.is_dir():
-        raise ConfigError(f"{path}: is a folder, not a config file")
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as err:
-        raise ConfigError(f"{path}: cannot read config file: {err}") from None
-    return parse_config(text, overrides, source=str(path), check=check)
+    return config_from_dict(read_yaml(path), overrides, str(path), check)
 
 
 def parse_config(
@@ -185,6 +176,19 @@ def parse_config(
 ) -> Config:
     """Validate a YAML document (see `read_config`); `source` names it in errors."""
     return config_from_dict(parse_yaml(text, source), overrides, source, check)
+
+
+def read_yaml(path: str | Path) -> dict[str, Any]:
+    """A config file's mapping of sections, unvalidated; a missing or unreadable file is a `ConfigError`."""
+    path = Path(path)
+    if path.is_dir():
+        raise ConfigError(f"{path}: is a folder, not a config file")
+    try:
+        return parse_yaml(path.read_text(encoding="utf-8"), str(path))
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: config file not found") from None
+    except (OSError, UnicodeDecodeError) as err:
+        raise ConfigError(f"{path}: cannot read config file: {err}") from None
 
 
 def parse_yaml(text: str, source: str = "<config>") -> dict[str, Any]:

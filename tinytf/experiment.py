@@ -18,7 +18,7 @@ import difflib
 from collections.abc import Iterable
 from pathlib import Path
 
-from tinytf.config import Config, ConfigProblem, config_from_dict, dump_config, parse_yaml, read_config
+from tinytf.config import Config, ConfigProblem, config_from_dict, dump_config, read_config, read_yaml
 from tinytf.errors import ConfigError
 from tinytf.files import write_text_atomically
 from tinytf.framing import FRAMINGS, Framing, get_framing
@@ -36,13 +36,7 @@ def load_config(path: str | Path, overrides: Iterable[str] = ()) -> Config:
 def load_run_config(path: str | Path, overrides: Iterable[str] = ()) -> Config:
     """A run folder's saved config.yaml (see `load_config`). Task keys that the task does
     not use, which tinytf 0.1 wrote into every run's config, are dropped first."""
-    path = Path(path)
-    try:
-        data = parse_yaml(path.read_text(encoding="utf-8"), str(path))
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: config file not found") from None
-    except (OSError, UnicodeDecodeError) as err:
-        raise ConfigError(f"{path}: cannot read config file: {err}") from None
+    data = read_yaml(path)
     try:
         saved = config_from_dict(data)
         if isinstance(data.get("task"), dict) and saved.task.name in TASKS:

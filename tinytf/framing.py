@@ -227,15 +227,8 @@ class DecoderFraming(Framing):
         return Batch(tokens, sequence[:, 1:width].masked_fill(~answer, IGNORE))
 
     def answers(self, model: nn.Module, pairs: Pairs) -> list[list[int]]:
-        answers: list[list[int]] = [[] for _ in range(len(pairs))]
-        for length, rows in equal_length_groups(pairs.source_len):  # no prompt is padded
-            sep = torch.full((len(rows), 1), self.vocab.sep_id)
-            prompt = torch.cat([pairs.source[rows, :length], sep], dim=1)  # (rows, length + 1)
-            max_new = self.task.max_target_len + 1  # the answer and its <eos>
-            for row, answer in zip(rows.tolist(), greedy_generate(model, prompt, max_new, self.vocab.eos_id),
-                                   strict=True):  # fmt: skip
-                answers[row] = answer
-        return answers
+        prompts = [[*pairs.example(i)[0], self.vocab.sep_id] for i in range(len(pairs))]  # source <sep>
+        return generate_each(model, prompts, self.task.max_target_len + 1, self.vocab.eos_id)  # answer + <eos>
 
 
 class EncoderDecoderFraming(Framing):
@@ -300,14 +293,7 @@ class LanguageModelFraming(Framing):
 
     def answer_typed(self, model: nn.Module, sources: list[list[int]], batch_size: int = 500) -> list[list[int]]:
         """Each prompt's continuation: until <eos>, at most LM_CONTINUATION tokens."""
-        lengths = torch.tensor([len(s) for s in sources])
-        answers: list[list[int]] = [[] for _ in sources]
-        for _, rows in equal_length_groups(lengths):
-            prompt = torch.tensor([sources[i] for i in rows.tolist()])  # (rows, length)
-            for row, answer in zip(rows.tolist(), greedy_generate(model, prompt, LM_CONTINUATION, self.vocab.eos_id),
-                                   strict=True):  # fmt: skip
-                answers[row] = answer
-        return answers
+        return generate_each(model, sources, LM_CONTINUATION, self.vocab.eos_id)
 
     def typed_example(self, pairs: Pairs, i: int) -> tuple[str, str | None]:
         return self.task.render(pairs.example(i)[1]), None
@@ -382,11 +368,16 @@ def cut_at_eos(ids: list[int], eos_id: int) -> list[int]:
     return ids[: ids.index(eos_id)] if eos_id in ids else ids
 
 
-def equal_length_groups(lengths: torch.Tensor) -> Iterator[tuple[int, torch.Tensor]]:
-    """(N,) lengths -> (length, row indices) for each distinct length, shortest first:
-    rows of equal length run together, so nothing is padded."""
-    for length in lengths.unique().tolist():
-        yield length, (lengths == length).nonzero().squeeze(1)
+def generate_each(model: nn.Module, prompts: list[list[int]], max_new: int, eos_id: int) -> list[list[int]]:
+    """`greedy_generate` for prompts of any lengths: prompts of equal length run together,
+    so none is padded (a padded prompt would need a mask the cache does not keep)."""
+    answers: list[list[int]] = [[] for _ in prompts]
+    for length in sorted({len(p) for p in prompts}):
+        rows = [i for i, p in enumerate(prompts) if len(p) == length]
+        batch = torch.tensor([prompts[i] for i in rows])  # (rows, length)
+        for row, answer in zip(rows, greedy_generate(model, batch, max_new, eos_id), strict=True):
+            answers[row] = answer
+    return answers
 
 
 def prepend(t: torch.Tensor, value: int | bool) -> torch.Tensor:

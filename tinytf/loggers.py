@@ -1,8 +1,8 @@
 """Where training reports go. The training loop never prints: it calls these.
 
 `Logger` is the interface, a `typing.Protocol`: any object with these six methods is a
-logger. `NullLogger` implements each as a no-op, so a logger that cares about a few
-reports subclasses it and overrides only those. Implementations: `MetricsFileLogger`
+logger. `NullLogger` does nothing for each, so a logger that cares about a few reports
+subclasses it and overrides only those. Implementations: `MetricsFileLogger`
 (metrics.jsonl), `TensorBoardLogger` (scalars, attention images, text samples,
 hparams), `ProgressBarLogger` (a tqdm bar on the terminal, used by the CLI) and
 `RecordingLogger` (keeps every report in a list: for tests and notebooks).
@@ -39,26 +39,9 @@ class Logger(Protocol):
         """Training ended (completed, stopped early or interrupted) with these metrics."""
 
 
-class NullLogger:
-    """Ignores every report; subclass it and override what you need."""
-
-    def start(self, run_dir: Path | None, start_step: int) -> None:
-        pass
-
-    def step(self, step: int) -> None:
-        pass
-
-    def metrics(self, step: int, split: str, values: dict[str, float]) -> None:
-        pass
-
-    def attention(self, step: int, sample: str, report: AttentionReport) -> None:
-        pass
-
-    def text(self, step: int, tag: str, markdown: str) -> None:
-        pass
-
-    def finish(self, step: int, final: dict[str, float]) -> None:
-        pass
+class NullLogger(Logger):
+    """Ignores every report: a subclass overrides only the reports it wants (a class
+    that names `Logger` as its base inherits the protocol's do-nothing methods)."""
 
 
 class RecordingLogger(NullLogger):
