@@ -8,8 +8,8 @@ The entry points for scripts and notebooks:
     result = tinytf.train(config, runs_dir="runs")     # a run folder with checkpoints
     run = tinytf.load_run("runs/quickstart-...")       # model, task, framing, config
 
-Importing tinytf does not import torch; the first use of `build_model`, `train` or
-`load_run` does (so the command line starts fast).
+Importing tinytf imports neither torch nor the tasks: each entry point is imported on
+first use, and `build_model`, `train` and `load_run` bring torch with them.
 """
 
 from __future__ import annotations
@@ -19,20 +19,25 @@ from typing import TYPE_CHECKING, Any
 
 from tinytf.config import Config
 from tinytf.errors import ConfigError, UserError
-from tinytf.experiment import load_config
 
 if TYPE_CHECKING:
+    from tinytf.experiment import load_config
     from tinytf.model import build_model
     from tinytf.runs import load_run
     from tinytf.training import train
 
 __all__ = ["Config", "ConfigError", "UserError", "build_model", "load_config", "load_run", "train"]
 
-_NEEDS_TORCH = {"build_model": "tinytf.model", "load_run": "tinytf.runs", "train": "tinytf.training"}
+_ENTRY_POINTS = {
+    "load_config": "tinytf.experiment",
+    "build_model": "tinytf.model",
+    "load_run": "tinytf.runs",
+    "train": "tinytf.training",
+}
 
 
 def __getattr__(name: str) -> Any:
-    """`tinytf.build_model` and friends, imported on first use (PEP 562)."""
-    if name in _NEEDS_TORCH:
-        return getattr(importlib.import_module(_NEEDS_TORCH[name]), name)
+    """`tinytf.load_config` and friends, imported on first use (PEP 562)."""
+    if name in _ENTRY_POINTS:
+        return getattr(importlib.import_module(_ENTRY_POINTS[name]), name)
     raise AttributeError(f"module 'tinytf' has no attribute {name!r}")
