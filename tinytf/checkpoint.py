@@ -4,13 +4,16 @@ A checkpoint is a plain dict of tensors, numbers and strings saved with `torch.s
 written atomically (`files.atomic_writer`): a crash or kill at any moment leaves either
 the old or the new checkpoint, never half of one. Loading uses `torch.load(weights_only=True)`, which
 refuses any pickled object that is not such plain data, so a tampered file cannot
-execute code.
+execute code. A SHA-256 of every tensor's bytes is saved with them and checked on
+loading, so damaged weights are refused instead of silently used.
 """
 
 from __future__ import annotations
 
+import hashlib
 import pickle
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,9 +30,9 @@ class CheckpointError(UserError):
 
 
 def save_checkpoint(state: dict[str, Any], path: str | Path) -> None:
-    """Atomically write `state` (plain data and tensors) to `path`."""
+    """Atomically write `state` (plain data and tensors) to `path`, with its checksum."""
     with atomic_writer(path) as file:
-        torch.save({"format": FORMAT, **state}, file)
+        torch.save({"format": FORMAT, **state, "checksum": tensor_checksum(state)}, file)
 
 
 def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
@@ -45,4 +48,29 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
         raise CheckpointError(f"{path}: not a loadable tinytf checkpoint (refused: {first_line(err)})") from None
     if not isinstance(state, dict) or state.get("format") != FORMAT:
         raise CheckpointError(f"{path}: not a tinytf checkpoint (expected format {FORMAT!r})")
+    checksum = state.pop("checksum", None)  # checkpoints written before checksums have none
+    content = {key: value for key, value in state.items() if key != "format"}
+    if checksum is not None and checksum != tensor_checksum(content):
+        raise CheckpointError(f"{path}: damaged: its tensors do not match the checksum saved with them; not loaded")
     return state
+
+
+def tensor_checksum(state: Any) -> str:
+    """SHA-256 over the names, dtypes, shapes and bytes of every tensor in `state`."""
+    digest = hashlib.sha256()
+    for name, tensor in _tensors(state):
+        digest.update(f"{name}:{tensor.dtype}:{tuple(tensor.shape)};".encode())
+        digest.update(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()
+
+
+def _tensors(value: Any, name: str = "") -> Iterator[tuple[str, torch.Tensor]]:
+    """Every tensor inside nested dicts, lists and tuples, with its path, in a fixed order."""
+    if isinstance(value, torch.Tensor):
+        yield name, value
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield from _tensors(item, f"{name}.{key}")
+    elif isinstance(value, list | tuple):
+        for index, item in enumerate(value):
+            yield from _tensors(item, f"{name}.{index}")

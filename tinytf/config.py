@@ -48,9 +48,10 @@ Positional = Literal["sinusoidal", "learned", "rope", "none"]
 
 
 class Section(BaseModel):
-    """Base of every config section: immutable, and unknown keys are errors."""
+    """Base of every config section: immutable; unknown keys and non-finite numbers
+    (`.inf`, `1e309`, `.nan`) are errors."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", allow_inf_nan=False)
 
 
 class ConfigProblem(ConfigError):

@@ -34,8 +34,10 @@ def load_config(path: str | Path, overrides: Iterable[str] = ()) -> Config:
 
 
 def load_run_config(path: str | Path, overrides: Iterable[str] = ()) -> Config:
-    """A run folder's saved config.yaml (see `load_config`). Task keys that the task does
-    not use, which tinytf 0.1 wrote into every run's config, are dropped first."""
+    """A run folder's saved config.yaml (see `load_config`), with `overrides` for
+    continuing it: those may change how it trains (train.*, log.*), never what it is
+    (see `check_unchanged`). Task keys that the task does not use, which tinytf 0.1
+    wrote into every run's config, are dropped first."""
     data = read_yaml(path)
     try:
         saved = config_from_dict(data)
@@ -44,7 +46,33 @@ def load_run_config(path: str | Path, overrides: Iterable[str] = ()) -> Config:
             data["task"] = {key: value for key, value in data["task"].items() if key in used}
     except ConfigError:
         pass  # the saved file itself is broken: the checked load below says how
-    return config_from_dict(data, overrides, str(path), check=check_config)
+    saved = config_from_dict(data, (), str(path), check=check_config)
+    if not overrides:
+        return saved
+    return config_from_dict(data, overrides, str(path), check=lambda c: check_unchanged(saved, check_config(c)))
+
+
+FIXED_FOR_A_RUN = ("task", "model", "seed")  # what its weights, vocabulary and held-out set depend on
+
+
+def check_unchanged(saved: Config, resumed: Config) -> None:
+    """A resumed run may train differently (train.*, log.*) but stays the same run: its
+    task, model and seed cannot change (a new seed would even swap its held-out set)."""
+    before, after = _dotted(saved.to_dict()), _dotted(resumed.to_dict())
+    for key, value in after.items():
+        if key.split(".")[0] in FIXED_FOR_A_RUN and before.get(key) != value:
+            raise ConfigProblem(
+                f"{key}: a resumed run keeps its task, model and seed ({key} is {before.get(key)!r} in this run, "
+                f"not {value!r}); train a new run to change it",
+                key,
+            )
+
+
+def _dotted(data: dict) -> dict:
+    """{"model": {"d_model": 64}, "seed": 0} -> {"model.d_model": 64, "seed": 0}"""
+    return {f"{section}.{key}" if isinstance(values, dict) else section: value
+            for section, values in data.items()
+            for key, value in (values.items() if isinstance(values, dict) else [(None, values)])}  # fmt: skip
 
 
 def check_config(config: Config) -> Config:

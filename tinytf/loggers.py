@@ -11,6 +11,7 @@ hparams), `ProgressBarLogger` (a tqdm bar on the terminal, used by the CLI) and
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -71,14 +72,16 @@ class RecordingLogger(NullLogger):
 
 
 class MetricsFileLogger(NullLogger):
-    """Appends one JSON object per logged point to `metrics.jsonl`."""
+    """Appends one JSON object per logged point to `metrics.jsonl`: strict JSON, with
+    null for a number that is not finite."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
 
     def metrics(self, step: int, split: str, values: dict[str, float]) -> None:
+        finite = {key: value if math.isfinite(value) else None for key, value in values.items()}
         with open(self.path, "a", encoding="utf-8") as file:
-            file.write(json.dumps({"step": step, "split": split, **values}) + "\n")
+            file.write(json.dumps({"step": step, "split": split, **finite}, allow_nan=False) + "\n")
 
 
 class TensorBoardLogger(NullLogger):

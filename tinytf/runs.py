@@ -9,12 +9,18 @@
         events.out.tfevents.*  TensorBoard scalars, attention maps, samples
 
 A new run never reuses a folder: creation is atomic and a name already taken gets a
-numeric suffix.
+numeric suffix. A run is trained by one process at a time: training holds an OS lock
+on the folder (released by the system if the process dies) and writes its PID to
+`train.pid`, so a second trainer is refused with that number.
 """
 
 from __future__ import annotations
 
+import contextlib
 import datetime as dt
+import json
+import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,6 +30,7 @@ from tinytf.checkpoint import CheckpointError, load_checkpoint
 from tinytf.config import Config
 from tinytf.errors import UserError, first_line
 from tinytf.experiment import load_run_config
+from tinytf.files import write_text_atomically
 from tinytf.framing import Framing, get_framing
 from tinytf.model import Transformer, build_model
 from tinytf.tasks import Task, get_task
@@ -33,6 +40,7 @@ CONFIG_FILE = "config.yaml"
 VOCAB_FILE = "vocab.json"
 CHECKPOINTS = "checkpoints"
 METRICS_FILE = "metrics.jsonl"
+PID_FILE = "train.pid"
 
 
 def create_run_dir(runs_dir: str | Path, name: str) -> Path:
@@ -52,6 +60,53 @@ def create_run_dir(runs_dir: str | Path, name: str) -> Path:
     except OSError as err:
         raise UserError(f"{runs_dir}: cannot create a run folder ({err.strerror or err})") from None
     raise UserError(f"{runs_dir}: cannot find a free run folder name for {stem!r}")
+
+
+@contextlib.contextmanager
+def exclusive_training(run_dir: Path) -> Iterator[None]:
+    """Hold the run's training lock while the block runs; a `UserError` naming the
+    process that holds it if another one does. The lock is the OS's (flock on the
+    folder): a killed trainer leaves no stale lock behind."""
+    import fcntl  # POSIX; tinytf's run folders are locked where the OS offers it
+
+    descriptor = os.open(run_dir, os.O_RDONLY)
+    try:
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            pid_file = Path(run_dir) / PID_FILE
+            pid = pid_file.read_text().strip() if pid_file.is_file() else "unknown"
+            raise UserError(f"{run_dir} is being trained by process {pid}; wait for it or stop it first") from None
+        yield
+    finally:
+        os.close(descriptor)  # releases the lock
+
+
+def claim(run_dir: Path) -> None:
+    """Record this process as the run's trainer (call while holding `exclusive_training`)."""
+    write_text_atomically(Path(run_dir) / PID_FILE, f"{os.getpid()}\n")
+
+
+def tidy_for_resume(run_dir: Path, step: int) -> None:
+    """Before a resumed run continues from `step`: drop metrics.jsonl rows logged after
+    that step (they will be logged again) and a half-written last line, and remove the
+    temporary files of checkpoint writes that a kill interrupted."""
+    run_dir = Path(run_dir)
+    for temporary in [*run_dir.glob(".*.tmp"), *(run_dir / CHECKPOINTS).glob(".*.tmp")]:
+        temporary.unlink(missing_ok=True)
+    metrics = run_dir / METRICS_FILE
+    if metrics.is_file():
+        kept = [line for line in metrics.read_text(encoding="utf-8").splitlines(keepends=True)
+                if line.endswith("\n") and _step_of(line) is not None and _step_of(line) <= step]  # fmt: skip
+        write_text_atomically(metrics, "".join(kept))
+
+
+def _step_of(line: str) -> int | None:
+    try:
+        step = json.loads(line).get("step")
+    except (ValueError, AttributeError):
+        return None
+    return step if isinstance(step, int) else None
 
 
 def checkpoint_path(run_dir: Path, which: str) -> Path:

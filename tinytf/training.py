@@ -37,13 +37,24 @@ from tinytf.attend import attention_report
 from tinytf.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from tinytf.config import Config, LogConfig, TrainConfig
 from tinytf.data import TaskData
-from tinytf.errors import UserError, first_line
+from tinytf.errors import ConfigError, UserError, first_line
 from tinytf.evaluate import Correct, evaluate, scored_loss
-from tinytf.experiment import check_config, save_config
+from tinytf.experiment import check_config, check_unchanged, load_run_config, save_config
 from tinytf.framing import Framing, get_framing
 from tinytf.loggers import Logger, MetricsFileLogger, TensorBoardLogger
 from tinytf.model import build_model
-from tinytf.runs import CONFIG_FILE, METRICS_FILE, VOCAB_FILE, checkpoint_path, create_run_dir, load_task
+from tinytf.runs import (
+    CONFIG_FILE,
+    METRICS_FILE,
+    PID_FILE,
+    VOCAB_FILE,
+    checkpoint_path,
+    claim,
+    create_run_dir,
+    exclusive_training,
+    load_task,
+    tidy_for_resume,
+)
 from tinytf.tasks import get_task
 
 N_ATTENTION_SAMPLES = 2  # inputs whose attention maps are logged (the task's showcase first)
@@ -105,24 +116,42 @@ def train(
     TensorBoard events; `loggers` receive the same reports (e.g. a progress bar).
     """
     check_config(config)
+    with contextlib.ExitStack() as lock:
+        if resume is not None:
+            # Locked before anything is read, so no other trainer writes meanwhile;
+            # everything is checked before anything is written: a refused resume changes nothing.
+            lock.enter_context(exclusive_training(resume))
+            check_unchanged(load_run_config(resume / CONFIG_FILE), config)
+            state = load_checkpoint(checkpoint_path(resume, "last"))
+            if config.train.steps < state["step"]:
+                raise ConfigError(f"train.steps={config.train.steps}: this run has trained {state['step']} steps "
+                                  f"already; resume with train.steps of at least {state['step']}")  # fmt: skip
+        trainer = _assemble(config, resume, loggers)
+        if resume is not None:
+            trainer.load_state_dict(state)
+            tidy_for_resume(resume, trainer.step)
+        else:  # only now, once the config and the task's data have proven usable
+            trainer.run_dir = create_run_dir(runs_dir, name)
+            lock.enter_context(exclusive_training(trainer.run_dir))
+            trainer.framing.task.vocab.save(trainer.run_dir / VOCAB_FILE)
+        run_dir = trainer.run_dir
+        claim(run_dir)
+        lock.callback((run_dir / PID_FILE).unlink, missing_ok=True)
+        save_config(config, run_dir / CONFIG_FILE)  # after a resume: the config it continues with
+        trainer.loggers[:0] = [MetricsFileLogger(run_dir / METRICS_FILE), TensorBoardLogger(run_dir, config)]
+        return trainer.run()
+
+
+def _assemble(config: Config, resume: Path | None, loggers: Sequence[Logger]) -> Trainer:
+    """A Trainer for `config`: its task (with the run's saved vocabulary when resuming),
+    data, framing and freshly initialised model."""
     device = select_device(config.train.device)
     torch.manual_seed(config.seed)  # the model's initial weights
     task = load_task(resume, config) if resume is not None else get_task(config.task)
-    state = load_checkpoint(checkpoint_path(resume, "last")) if resume is not None else None
     data = TaskData(task, config.seed, config.task.eval_size)
     model = build_model(config, vocab_size=len(task.vocab)).to(device)
-    if resume is None:  # only now, once the config and the task's data have proven usable
-        run_dir = create_run_dir(runs_dir, name)
-        task.vocab.save(run_dir / VOCAB_FILE)
-    else:
-        run_dir = resume
-    file_loggers = [MetricsFileLogger(run_dir / METRICS_FILE), TensorBoardLogger(run_dir, config)]
-    trainer = Trainer(model, get_framing(task, config.model.arch), data, config.train, config.log,
-                      [*file_loggers, *loggers], device=device, run_dir=run_dir)  # fmt: skip
-    if state is not None:
-        trainer.load_state_dict(state)
-    save_config(config, run_dir / CONFIG_FILE)  # after a resume: the config it continues with
-    return trainer.run()
+    framing = get_framing(task, config.model.arch)
+    return Trainer(model, framing, data, config.train, config.log, loggers, device=device, run_dir=resume)
 
 
 class Trainer:
@@ -165,7 +194,7 @@ class Trainer:
             logger.start(self.run_dir, start_step)
         step_model = torch.compile(self.model) if self.settings.compile else self.model
         window = _ThroughputWindow(self.device)
-        interrupted = False
+        interrupted, diverged = False, None
         self.model.train()
         try:
             self._loop(step_model, window)
@@ -174,12 +203,16 @@ class Trainer:
         except KeyboardInterrupt:  # a second Ctrl-C: stop now; last.pt keeps the last whole state
             interrupted = True
             self.step = self.saved_step
+        except TrainingDiverged as err:  # the weights are still finite: no update was applied
+            diverged = err
 
         if self.step == start_step and not interrupted:  # resumed a run that had already finished
             self.final = {k: v for k, v in self.best.items() if k != "step"}
         summary = {f"final_{key}": value for key, value in self.final.items()}
         for logger in self.loggers:
             logger.finish(self.step, {**summary, "best_seq_acc": self.best.get("seq_acc", 0.0)})
+        if diverged is not None:
+            raise diverged
         return TrainResult(self.run_dir, self.step, interrupted, self.final, self.best)
 
     def _loop(self, step_model: nn.Module, window: _ThroughputWindow) -> None:
@@ -221,11 +254,24 @@ class Trainer:
         grad_norm = None
         if self.settings.grad_clip is not None:
             grad_norm = nn.utils.clip_grad_norm_(self.model.parameters(), self.settings.grad_clip)
+        self._stop_if_diverged(loss, grad_norm)
         self.optimizer.step()
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         window.add_loss(loss.detach())
         return logits.detach(), batch.labels, grad_norm
+
+    def _stop_if_diverged(self, loss: torch.Tensor, grad_norm: torch.Tensor | None) -> None:
+        """Raise `TrainingDiverged` before a non-finite loss or gradient reaches the weights."""
+        loss = loss.detach()
+        finite = torch.isfinite(loss) if grad_norm is None else torch.isfinite(loss) & torch.isfinite(grad_norm)
+        if not bool(finite):
+            kept = f"checkpoints/last.pt keeps step {self.saved_step}" if self.saved_step else "no checkpoint was saved"
+            raise TrainingDiverged(
+                f"training diverged at step {self.step + 1}: the loss is {loss.item()}"
+                + (f" and the gradient norm {grad_norm.item()}" if grad_norm is not None else "")
+                + f"; {kept}; try a lower train.lr (it is {self.settings.lr:g})"
+            )
 
     def _validate(self, tokens_per_s: float) -> bool:
         """Score the held-out set, keep the best checkpoint; True if training should stop."""
@@ -282,6 +328,11 @@ class Trainer:
         save_checkpoint(self.state_dict(), checkpoint_path(self.run_dir, which))
         if which == "last":
             self.saved_step = self.step
+
+
+class TrainingDiverged(UserError):
+    """The loss or the gradient stopped being a finite number; training stopped before
+    the weights were touched, and no checkpoint holds non-finite weights."""
 
 
 class _Interrupted(Exception):
