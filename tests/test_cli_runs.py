@@ -108,7 +108,8 @@ def test_predict_and_eval(trained, tmp_path):
     many = invoke("predict", "--file", inputs, "--run", run_dir, "--format", "json")
     assert many.exit_code == 0, many.output
     lines = [json.loads(line) for line in many.stdout.splitlines()]
-    assert [line["input"] for line in lines] == [["3", "1", "2"], ["0", "0", "4", "1"], ["2", "2", "2"]]
+    # one output per line of the file, an empty one for the blank line
+    assert [line["input"] for line in lines] == [["3", "1", "2"], [], ["0", "0", "4", "1"], ["2", "2", "2"]]
     assert all(isinstance(line["output"], list) for line in lines)
 
     scored = invoke("eval", "--runs-dir", runs, "--n", "25")

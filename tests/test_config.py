@@ -1,13 +1,24 @@
 """The config system: defaults, overrides, and one clear line for every mistake."""
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 from conftest import CONFIGS
 
 import tinytf
-from tinytf.config import Config, ModelConfig, config_from_dict, parse_config
+from tinytf.config import MAX_CONFIG_BYTES, Config, ModelConfig, TaskConfig, config_from_dict, parse_config
+from tinytf.data import TaskData
 from tinytf.errors import ConfigError
 from tinytf.experiment import load_config, save_config
 from tinytf.tasks import get_task
+
+try:
+    import resource
+except ImportError:  # not on Windows
+    resource = None
 
 
 def test_configs_folder_is_not_empty():
@@ -129,6 +140,48 @@ ERROR_CASES = {
     "beta out of range": ("train:\n  betas: [0.9, 1.5]\n", [], ["train.betas.1 = 1.5", "less than 1"]),
     "bad beta from an override": ("", ["train.betas=[0.9,1.0]"], ["--set train.betas=[0.9,1.0]", "train.betas.1"]),
     "one beta": ("", ["train.betas=0.9"], ["--set train.betas=0.9", "train.betas = 0.9"]),
+    # A key or section given twice: YAML would keep the last and drop the first silently.
+    "duplicate section": (
+        "model:\n  d_model: 64\ntrain:\n  lr: 0.1\nmodel:\n  n_heads: 2\n",
+        [],
+        ["line 5: duplicate key 'model' (first at line 1)"],
+    ),
+    "duplicate key": ("model:\n  d_model: 64\n  n_heads: 2\n  d_model: 32\n", [], ["line 4: duplicate key 'd_model'"]),
+    "duplicate key in a flow mapping": ("seed: 1\nlog: {every: 5, every: 6}\n", [], ["line 2: duplicate key 'every'"]),
+    "duplicate key in an override": ("", ["log={every: 5, every: 6}"], ["--set log={every: 5", "duplicate key"]),
+    "too deep an override": ("", ["train.betas=" + "[" * 40 + "]" * 40], ["--set train.betas=[[", "deeper than 32"]),
+    # Sizes beyond their bound name the key and the bound, even when YAML reads 1e12 as a string.
+    "seed beyond 64 bits": (
+        "seed: 99999999999999999999999\n",
+        [],
+        ["seed = 9999", "less than or equal to 9223372036854775807"],
+    ),
+    "negative seed": ("seed: -1\n", [], ["seed = -1", "greater than or equal to 0"]),
+    "batch size 1e12": (
+        "",
+        ["train.batch_size=1e12"],
+        ["--set train.batch_size=1e12", "train.batch_size = '1e12'", "from 1 to 65536 (too large)"],
+    ),
+    "vocab size 1e9": ("task:\n  vocab_size: 1e9\n", [], ["task.vocab_size = '1e9'", "from 1 to 10000 (too large)"]),
+    "model max_len 1e8": (
+        "",
+        ["model.max_len=100000000"],
+        ["model.max_len = 100000000", "less than or equal to 65536"],
+    ),
+    "d_model 1e6": ("", ["model.d_model=1e6"], ["--set model.d_model=1e6", "from 1 to 8192 (too large)"]),
+    "eval size 1e9": ("task:\n  eval_size: 1.0e+9\n", [], ["task.eval_size = 1000000000.0", "to 1000000 (too large)"]),
+    "task max_len beyond the hash table": ("task:\n  max_len: 4095\n", [], ["task.max_len = 4095", "or equal to 4094"]),
+    "a fraction where an int is needed": (
+        "",
+        ["model.n_layers=2.5"],
+        ["model.n_layers = 2.5", "an integer from 1 to 64"],
+    ),
+    # A cross-field check of a section that an override made fail names the override.
+    "section check failing through an override": (
+        "model:\n  d_model: 64\n",
+        ["model.dropout=0.1", "model.n_heads=3"],
+        ["--set model.n_heads=3: model: d_model=64 must be divisible by n_heads=3"],
+    ),
 }
 
 
@@ -168,3 +221,172 @@ def test_loading_never_executes_yaml_tags(tmp_path):
     with pytest.raises(ConfigError, match="invalid YAML"):
         load_config(path)
     assert not marker.exists()
+
+
+# --------------------------------------------------------------------------- bounds
+
+# Every integer key's largest value (the reasons are in tinytf/config.py).
+UPPER_BOUNDS = {
+    "seed": 2**63 - 1,
+    "task.vocab_size": 10_000,
+    "task.min_len": 4094,
+    "task.max_len": 4094,
+    "task.digits": 18,
+    "task.eval_size": 1_000_000,
+    "model.d_model": 8192,
+    "model.n_heads": 8192,
+    "model.n_layers": 64,
+    "model.n_encoder_layers": 64,
+    "model.n_decoder_layers": 64,
+    "model.d_ff": 32768,
+    "model.max_len": 65536,
+    "train.steps": 10_000_000,
+    "train.batch_size": 65536,
+    "train.warmup_steps": 10_000_000,
+    "train.eval_every": 10_000_000,
+    "train.checkpoint_every": 10_000_000,
+    "log.every": 10_000_000,
+    "log.attention_every": 10_000_000,
+}
+
+
+def test_every_integer_key_has_an_upper_bound():
+    defaults = Config().to_dict()
+    ints = {
+        f"{section}.{key}"
+        for section, keys in defaults.items()
+        if isinstance(keys, dict)
+        for key, value in keys.items()
+        if isinstance(value, int) and not isinstance(value, bool)
+    }
+    assert ints | {"seed", "model.n_encoder_layers", "model.n_decoder_layers"} == set(UPPER_BOUNDS)
+
+
+@pytest.mark.parametrize("key", sorted(UPPER_BOUNDS))
+def test_a_size_beyond_its_bound_names_the_key_and_the_bound(key):
+    bound = UPPER_BOUNDS[key]
+    # What the key at its bound needs: a stack depth, an encoder-decoder; 8192 heads, as wide a model.
+    extra = {
+        "model.n_encoder_layers": ["model.arch=encoder-decoder"],
+        "model.n_decoder_layers": ["model.arch=encoder-decoder"],
+        "model.n_heads": ["model.d_model=8192"],
+    }.get(key, [])
+    # Anything up to the bound passes the schema (the task checks may still refuse it).
+    config_from_dict({}, [*extra, f"{key}={bound}"])
+    for value in (bound + 1, 10**30, f"{float(bound + 1):e}"):
+        with pytest.raises(ConfigError) as caught:
+            config_from_dict({}, [*extra, f"{key}={value}"], source="c.yaml")
+        message = str(caught.value)
+        assert message.startswith(f"--set {key}={value}: {key} = "), message
+        assert str(bound) in message and "\n" not in message
+
+
+def test_the_longest_task_fits_the_data_code():
+    """data.py fingerprints examples with a 4096-entry table: the widest example, a
+    sentence of task.max_len words between <bos> and <eos>, must fit it."""
+    task = get_task(TaskConfig(name="sentences", min_len=3, max_len=UPPER_BOUNDS["task.max_len"]))
+    assert task.max_target_len == 4096
+    assert len(TaskData(task, seed=UPPER_BOUNDS["seed"], eval_size=10).train_pairs(4)) == 4
+
+
+# --------------------------------------------------------------------------- overrides and sections
+
+
+def test_a_section_check_names_the_overrides_it_mentions(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text("model:\n  d_model: 64\n")
+    with pytest.raises(ConfigError) as caught:
+        load_config(path, ["model.dropout=0.1", "model.d_model=10", "train.lr=0.1", "model.n_heads=4"])
+    assert str(caught.value).startswith("--set model.d_model=10 --set model.n_heads=4: model: d_model=10 ")
+    path.write_text("model:\n  d_model: 10\n")  # the file's own mistake: an unrelated override is not blamed
+    with pytest.raises(ConfigError) as caught:
+        load_config(path, ["model.dropout=0.1"])
+    assert str(caught.value).startswith(f"{path}: model: d_model=10 must be divisible")
+    path.write_text("model:\n  d_model: 12\n  n_heads: 4\n")
+    with pytest.raises(ConfigError) as caught:
+        load_config(path, ["model.dropout=0.1", "model.positional=rope"])
+    assert str(caught.value).startswith("--set model.positional=rope: model: positional=rope needs an even")
+
+
+# --------------------------------------------------------------------------- YAML that explodes, files that never end
+
+BILLION_LAUGHS = "a: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n" + "".join(
+    f"{name}: &{name} [{', '.join([f'*{prev}'] * 9)}]\n" for prev, name in zip("abcdefgh", "bcdefghi", strict=True)
+)  # 9**9 strings from 578 bytes
+MAPPING_BOMB = "a: &a {x: 1, y: 1, z: 1, w: 1}\n" + "".join(
+    f"{name}: &{name} {{{', '.join(f'{key}: *{prev}' for key in 'xyzwv')}}}\n"
+    for prev, name in zip("abcdefghijkl", "bcdefghijklm", strict=True)
+)  # 5**12 mappings
+EXPLOSIVE_YAML = {
+    "billion laughs": (BILLION_LAUGHS, "too big: more than 10,000 keys and values, counting what each alias repeats"),
+    "mapping bomb": (MAPPING_BOMB, "too big: more than 10,000 keys and values, counting what each alias repeats"),
+    "long string bomb": (
+        "x: &x " + "y" * 9000 + "\nz: [*x, *x, *x, *x, *x, *x, *x, *x, *x, *x, *x, *x]\n",
+        f"too big: more than {MAX_CONFIG_BYTES:,} characters of values, counting",
+    ),
+    "5,000-deep lists": ("seed: " + "[" * 5000 + "]" * 5000 + "\n", "line 1: nested deeper than 32 levels"),
+    "5,000-deep mappings": ("model: " + "{a: " * 5000 + "1" + "}" * 5000 + "\n", "nested deeper than 32 levels"),
+    "deep block nesting": ("".join("  " * depth + f"k{depth}:\n" for depth in range(50)), "line 33: nested deeper"),
+    "self-referencing mapping": ("model: &m\n  d_model: 64\n  n_heads: *m\n", "line 3: alias *m refers to a node"),
+    "self-referencing list": ("seed: &s [1, [2, *s]]\n", "line 1: alias *s refers to a node that contains it"),
+    "too big a file": (
+        "#" * MAX_CONFIG_BYTES + "\n",
+        f"has {MAX_CONFIG_BYTES + 1:,} bytes; a config file may have at most",
+    ),
+}
+
+
+def read_in_a_subprocess(path, seconds=20):
+    """`read_config(path)`'s one-line error and how long it took, read by a fresh process
+    with limited time and memory: a config that explodes must fail the test, not hang it
+    or take the machine's memory."""
+    program = (
+        "import sys, time\nfrom tinytf.config import read_config\nfrom tinytf.errors import ConfigError\n"
+        "start = time.perf_counter()\ntry:\n    read_config(sys.argv[1])\nexcept ConfigError as err:\n"
+        "    print(f'{time.perf_counter() - start:.3f} {err}')\n"
+    )
+
+    def limit_memory():
+        resource.setrlimit(resource.RLIMIT_AS, (2 * 2**30, 2 * 2**30))
+
+    result = subprocess.run(
+        [sys.executable, "-c", program, str(path)],
+        capture_output=True,
+        text=True,
+        timeout=seconds,
+        preexec_fn=limit_memory if resource else None,
+    )
+    assert result.returncode == 0 and result.stdout.count("\n") == 1, result.stderr[-2000:]
+    seconds, message = result.stdout.strip().split(" ", 1)
+    return message, float(seconds)
+
+
+@pytest.mark.parametrize("case", sorted(EXPLOSIVE_YAML))
+def test_yaml_that_explodes_is_one_line_within_a_second(case, tmp_path):
+    text, fragment = EXPLOSIVE_YAML[case]
+    path = tmp_path / "bomb.yaml"
+    path.write_text(text)
+    message, seconds = read_in_a_subprocess(path)
+    assert message.startswith(f"{path}: ") and fragment in message, message
+    assert seconds < 1
+
+
+def test_aliases_within_the_bounds_still_work():
+    config = parse_config(
+        "model:\n  d_model: &width 64\n  d_ff: *width\n  <<: {n_heads: 8, n_layers: 3}\n  n_heads: 2\n"
+    )
+    assert (config.model.d_model, config.model.d_ff, config.model.n_heads, config.model.n_layers) == (64, 64, 2, 3)
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs here")
+def test_a_fifo_is_not_a_config_file(tmp_path):
+    fifo = tmp_path / "config.yaml"
+    os.mkfifo(fifo)
+    message, _ = read_in_a_subprocess(fifo, seconds=10)  # opening it for reading would block
+    assert message == f"{fifo}: is a FIFO; a config must be a regular file"
+
+
+@pytest.mark.skipif(not Path("/dev/zero").exists(), reason="no /dev/zero here")
+def test_a_device_is_not_a_config_file():
+    message, _ = read_in_a_subprocess("/dev/zero", seconds=10)  # it never ends
+    assert message == "/dev/zero: is a character device; a config must be a regular file"

@@ -223,3 +223,69 @@ def test_resume_after_a_kill_drops_metrics_past_the_checkpoint_and_stale_tempora
     assert [(r["step"], r["split"], r["loss"]) for r in resumed] == [
         (r["step"], r["split"], r["loss"]) for r in read_metrics(whole.run_dir)
     ]
+
+
+# ---- the items that follow data loss: full disk, foreign checkpoints, newest run, run names, task files
+
+
+def test_a_full_disk_mid_training_is_one_line_naming_the_last_good_checkpoint(tmp_path, monkeypatch):
+    import errno
+
+    import tinytf.training
+
+    real_save = tinytf.training.save_checkpoint
+
+    def save_until_full(state, path):
+        if state["step"] > 4:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real_save(state, path)
+
+    monkeypatch.setattr(tinytf.training, "save_checkpoint", save_until_full)
+    data = tiny_data(train={"checkpoint_every": 4})
+    result = invoke("train", write_config(tmp_path, data), "--runs-dir", tmp_path / "runs")
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    last_line = result.stderr.strip().splitlines()[-1]
+    assert "No space left on device" in last_line and "checkpoints/last.pt still holds step 4" in last_line
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    assert load_checkpoint(checkpoint_path(run_dir, "last"))["step"] == 4
+
+
+def test_a_checkpoint_that_is_not_ours_is_refused_without_torch_s_advice(tmp_path):
+    path = tmp_path / "foreign.pt"
+    torch.save({"model": torch.nn.Linear(2, 2)}, path)  # a pickled module, as other tools save
+    with pytest.raises(Exception) as caught:
+        load_checkpoint(path)
+    message = str(caught.value)
+    assert "not a tinytf checkpoint" in message and "not loaded" in message and "weights_only" not in message
+
+
+def test_the_default_run_is_the_newest_with_a_checkpoint(run, tmp_path):
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    good = runs / "good"
+    subprocess.run(["cp", "-r", str(run), str(good)], check=True)
+    crashed = train(tiny_config(), runs_dir=runs, name="crashed").run_dir  # newer, then its checkpoints lost
+    for checkpoint in (crashed / "checkpoints").iterdir():
+        checkpoint.unlink()
+    from tinytf.runs import newest_run, skipped_runs
+
+    assert newest_run(runs) == good and skipped_runs(runs) == [crashed]
+    result = invoke("eval", "--runs-dir", runs)
+    assert result.exit_code == 0 and f"run {good}" in result.stdout
+
+
+@pytest.mark.parametrize("name", ["../escape", "a/b", "..", ".hidden"])
+def test_a_run_name_cannot_leave_the_runs_folder(tmp_path, name):
+    result = invoke("train", write_config(tmp_path, tiny_data()), "--runs-dir", tmp_path / "runs", "--name", name)
+    assert_user_error(result, "run name")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["tiny.yaml"]
+
+
+def test_a_text_task_refuses_a_file_that_never_ends(tmp_path):
+    import os
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    for path in (fifo, "/dev/zero"):
+        config = write_config(tmp_path, {"task": {"name": "text", "path": str(path)}})
+        assert_user_error(invoke("config", "show", config), "is not a regular file")

@@ -44,8 +44,15 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
         with warnings.catch_warnings():  # torch warns about foreign pickles before refusing them
             warnings.simplefilter("ignore")
             state = torch.load(path, map_location=map_location, weights_only=True)
-    except (pickle.UnpicklingError, RuntimeError, EOFError, OSError, ValueError) as err:
-        raise CheckpointError(f"{path}: not a loadable tinytf checkpoint (refused: {first_line(err)})") from None
+    except pickle.UnpicklingError:
+        # (torch's own message would suggest weights_only=False: that runs the file's code)
+        raise CheckpointError(
+            f"{path}: not a tinytf checkpoint: it holds Python objects, not just tensors and plain data; "
+            "not loaded, and nothing in it was run"
+        ) from None
+    except (RuntimeError, EOFError, OSError, ValueError) as err:
+        raise CheckpointError(f"{path}: not a readable checkpoint, damaged or of another format; not loaded "
+                              f"({first_line(err)[:80]})") from None  # fmt: skip
     if not isinstance(state, dict) or state.get("format") != FORMAT:
         raise CheckpointError(f"{path}: not a tinytf checkpoint (expected format {FORMAT!r})")
     checksum = state.pop("checksum", None)  # checkpoints written before checksums have none

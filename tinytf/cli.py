@@ -1,7 +1,8 @@
 """The `tinytf` command line: a thin layer over the library.
 
 Each command parses its options, calls one library function and formats the result.
-A `UserError` raised anywhere below becomes one line on stderr and exit code 2.
+A `UserError` raised anywhere below, and a usage error that click finds in the command
+line (an unknown option, a bad value), becomes one `error: ` line on stderr and exit code 2.
 Modules that import torch are imported inside the commands that need them, so
 `tinytf --help`, `tinytf COMMAND --help` and `tinytf config show` start at once.
 """
@@ -10,6 +11,10 @@ from __future__ import annotations
 
 import functools
 import json
+import os
+import re
+import stat
+import sys
 from collections.abc import Callable
 from enum import Enum
 from importlib import resources
@@ -17,11 +22,62 @@ from pathlib import Path
 from typing import Annotated, TypeVar
 
 import typer
+from typer.core import TyperGroup
+
+try:  # typer >= 0.2x carries its own copy of click
+    from typer._click.exceptions import BadParameter, ClickException, MissingParameter, NoArgsIsHelpError
+except ImportError:  # older typer runs on click itself
+    from click.exceptions import BadParameter, ClickException, MissingParameter, NoArgsIsHelpError
 
 from tinytf.errors import UserError
 from tinytf.experiment import describe_tasks, dump_checked_config, load_config, load_run_config
 
+
+class OneLineUsageErrors(TyperGroup):
+    """The command group: a usage error (unknown option or command, bad value, missing
+    argument) is one `error: ` line on stderr and exit code 2, like a `UserError`,
+    instead of click's usage text and boxed panel."""
+
+    def main(self, *args: object, standalone_mode: bool = True, **kwargs: object) -> object:
+        if not standalone_mode:
+            return super().main(*args, standalone_mode=False, **kwargs)
+        try:
+            code = super().main(*args, standalone_mode=False, **kwargs)
+        except NoArgsIsHelpError as err:  # `tinytf` alone: the help (rich prints it while the error is made)
+            if err.format_message().strip():
+                err.show()
+            sys.exit(err.exit_code)
+        except ClickException as err:
+            typer.echo(f"error: {usage_error_line(err)}", err=True)
+            sys.exit(2)
+        except typer.Abort:
+            typer.echo("aborted", err=True)
+            sys.exit(1)
+        # Without standalone mode, click returns the exit code of a `typer.Exit` (and of
+        # --help), or the command's return value: None, for every tinytf command.
+        sys.exit(code if isinstance(code, int) else 0)
+
+
+def usage_error_line(err: ClickException) -> str:
+    """click's message for a usage error, on one line: `--format: 'bogus' is not one of
+    table, json, npz, png` rather than `Invalid value for '--format': Value error, ...`."""
+    if isinstance(err, BadParameter) and not isinstance(err, MissingParameter) and err.param is not None:
+        names = getattr(err.param, "opts", None) or [err.param.human_readable_name]
+        message = err.message.removeprefix("Value error, ")
+        choices = re.fullmatch(r"(.* is not one of )('[^']*'(?:, '[^']*')*)\.?", message)
+        if choices:
+            message = choices[1] + ", ".join(re.findall(r"'([^']*)'", choices[2]))
+        message = f"{max(names, key=len)}: {message}"
+    else:
+        message = err.format_message()
+    message = " ".join(message.split()).removesuffix(".")
+    if message[:2].istitle():  # "Missing argument" -> "missing argument", as tinytf's own errors
+        message = message[0].lower() + message[1:]
+    return message
+
+
 app = typer.Typer(
+    cls=OneLineUsageErrors,
     help="Build, train and look inside tiny Transformers.",
     no_args_is_help=True,
     pretty_exceptions_enable=False,
@@ -101,6 +157,8 @@ def train(
     from tinytf.runs import CONFIG_FILE, checkpoint_path, resolve_run
     from tinytf.training import train as run_training
 
+    if name is not None:
+        check_run_name(name, runs_dir)
     overrides = list(overrides or [])
     if device is not None:
         overrides.append(f"train.device={device.value}")
@@ -132,6 +190,13 @@ def train(
         typer.echo(f"best validation (step {best['step']}): seq_acc {best['seq_acc']:.3f}, "
                    f"token_acc {best['token_acc']:.3f}, loss {best['loss']:.4f}")  # fmt: skip
     typer.echo(f'next: tinytf attend "..." --run {result.run_dir}   |   tensorboard --logdir {runs_dir}')
+
+
+def check_run_name(name: str, runs_dir: Path) -> None:
+    """A `UserError` unless `name` is one plain folder name, so the run stays inside `runs_dir`."""
+    if not name or name.startswith(".") or any(char in name for char in "/\\\0"):
+        raise UserError(f"--name {name!r}: a run name is one folder name, without '/', '\\' or a leading '.' "
+                        f"(the run goes inside {runs_dir})")  # fmt: skip
 
 
 # --------------------------------------------------------------------------- attend
@@ -170,6 +235,8 @@ def attend(
     from tinytf.attend import attention_report
     from tinytf.runs import load_run, resolve_run
 
+    if out is not None:
+        check_out(out, output_format)
     loaded = load_run(resolve_run(run, runs_dir), checkpoint.value)
     report = attention_report(loaded.model, loaded.framing, text, target).select(layer, head)
 
@@ -197,12 +264,38 @@ def attend(
         elif output_format is AttendFormat.npz:
             report.save_npz(path)
         else:
+            from matplotlib import rc_context
+
             from tinytf.viz import report_figure, save_figure
 
-            save_figure(report_figure(report), path)
+            figure = report_figure(report)
+            # A file object, and PNG said outright: matplotlib neither reads the format from
+            # the name nor adds ".png" to a name without one. The file is the one named.
+            with open(path, "wb") as file, rc_context({"savefig.format": "png"}):
+                save_figure(figure, file)
     except OSError as err:
         raise UserError(f"{path}: cannot write ({err.strerror or err})") from None
     typer.echo(f"wrote {path}")
+
+
+def check_out(out: Path, output_format: AttendFormat) -> None:
+    """A `UserError` unless --out can be written as exactly that file, in that format."""
+    if output_format is AttendFormat.table:
+        raise UserError(f"--out {out}: --format table prints to the terminal; --out is for json, npz or png")
+    wanted = f".{output_format.value}"
+    if out.suffix and out.suffix.lower() != wanted:
+        raise UserError(f"--out {out}: a {out.suffix} name for --format {output_format.value}; "
+                        f"name the file *{wanted} (or give no suffix)")  # fmt: skip
+    try:
+        mode = out.stat().st_mode
+    except FileNotFoundError:
+        return  # a new file: the normal case
+    except OSError as err:
+        raise UserError(f"--out {out}: cannot write ({err.strerror or err})") from None
+    if stat.S_ISDIR(mode):
+        raise UserError(f"--out {out}: is a folder; name a file, e.g. {out / ('attention' + wanted)}")
+    if not stat.S_ISREG(mode):
+        raise UserError(f"--out {out}: not a regular file (a pipe or device); name a file")
 
 
 def _fresh_path(path: Path) -> Path:
@@ -241,21 +334,67 @@ def predict(
 
     if (text is None) == (file is None):
         raise UserError("give either TEXT or --file FILE")
-    if file is not None:
-        try:
-            inputs = [line for line in file.read_text(encoding="utf-8").splitlines() if line.strip()]
-        except (OSError, UnicodeDecodeError) as err:
-            raise UserError(f"{file}: cannot read: {err}") from None
-        if not inputs:
-            raise UserError(f"{file}: no inputs (one per line)")
-    else:
-        inputs = [text]
+    lines = [text] if file is None else input_lines(file)
     loaded = load_run(resolve_run(run, runs_dir), checkpoint.value)
-    for source, answer in predict_answers(loaded.model, loaded.framing, inputs):
+    numbered = list(enumerate(lines, start=1))
+    if file is not None:
+        # A line without tokens (blank) gets an empty answer, without the model: one output
+        # line per input line, so the output lines up with the file.
+        numbered = [(number, line) for number, line in numbered if loaded.vocab.tokenize(line)]
+        if not numbered:
+            raise UserError(f"{file}: no inputs (one per line)")
+        for number, line in numbered:  # checked here to name the file's line, not the n-th input
+            try:
+                loaded.framing.typed_input(line, loaded.model.config.max_len)
+            except UserError as err:
+                raise UserError(f"{file}: line {number}: {err}") from None
+    answered = predict_answers(loaded.model, loaded.framing, [line for _, line in numbered]) if numbered else []
+    answers = dict(zip([number for number, _ in numbered], answered, strict=True))
+    for number in range(1, len(lines) + 1):
+        source, answer = answers.get(number, ([], []))
         if output_format is PredictFormat.json:
             typer.echo(json.dumps({"input": source, "output": answer}, ensure_ascii=False))
         else:
             typer.echo(" ".join(answer))
+
+
+MAX_INPUT_FILE_BYTES = 10_000_000
+
+
+def input_lines(file: Path) -> list[str]:
+    """The lines of a --file: a regular file of at most MAX_INPUT_FILE_BYTES (a pipe or
+    /dev/zero would never end), UTF-8, split at "\\n" or "\\r\\n" only, so that line N
+    is the file's line N."""
+    try:
+        # O_NONBLOCK: opening a FIFO waits for a writer; this way it opens, and is refused.
+        descriptor = os.open(file, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except OSError as err:
+        raise UserError(f"{file}: cannot read: {err.strerror or err}") from None
+    info = os.fstat(descriptor)
+    limit = f"--file takes at most {MAX_INPUT_FILE_BYTES:,} bytes"
+    if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_INPUT_FILE_BYTES:
+        os.close(descriptor)
+        if stat.S_ISDIR(info.st_mode):
+            raise UserError(f"{file}: cannot read: is a folder")
+        if not stat.S_ISREG(info.st_mode):
+            raise UserError(f"{file}: cannot read: not a regular file (a pipe or device); give a file")
+        raise UserError(f"{file}: {info.st_size:,} bytes; {limit}")
+    with open(descriptor, "rb") as handle:
+        try:
+            data = handle.read(MAX_INPUT_FILE_BYTES + 1)  # bounded even if the file grows meanwhile
+        except OSError as err:
+            raise UserError(f"{file}: cannot read: {err.strerror or err}") from None
+    if len(data) > MAX_INPUT_FILE_BYTES:
+        raise UserError(f"{file}: more than {MAX_INPUT_FILE_BYTES:,} bytes; {limit}")
+    try:
+        content = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = data[: err.start].count(b"\n") + 1
+        raise UserError(f"{file}: line {line}: not UTF-8 text ({err.reason})") from None
+    lines = content.split("\n")  # not splitlines(): it also splits at \x0b, \x1c, \u2028...
+    if lines[-1] == "":
+        lines.pop()  # the newline that ends the last line
+    return [line.removesuffix("\r") for line in lines]
 
 
 @app.command("eval")

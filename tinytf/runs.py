@@ -46,6 +46,8 @@ PID_FILE = "train.pid"
 def create_run_dir(runs_dir: str | Path, name: str) -> Path:
     """Make a fresh, empty run folder `<runs_dir>/<name>-<timestamp>[-N]`."""
     runs_dir = Path(runs_dir)
+    if not name or Path(name).name != name or name.startswith(".") or "\\" in name:
+        raise UserError(f"run name {name!r}: one folder name, without '/' or a leading '.' (it goes inside {runs_dir})")
     stem = f"{name}-{dt.datetime.now().strftime('%Y%m%d-%H%M%S')}"
     try:
         runs_dir.mkdir(parents=True, exist_ok=True)
@@ -118,12 +120,31 @@ def is_run_dir(path: Path) -> bool:
 
 
 def newest_run(runs_dir: str | Path) -> Path:
-    """The most recently modified run folder under `runs_dir`."""
-    runs_dir = Path(runs_dir)
-    runs = [path for path in runs_dir.iterdir() if path.is_dir() and is_run_dir(path)] if runs_dir.is_dir() else []
+    """The most recently modified run folder under `runs_dir` that has a checkpoint (a run
+    that crashed or was stopped before its first one has nothing to look at)."""
+    runs = _runs_newest_first(runs_dir)
     if not runs:
         raise UserError(f"no runs in {runs_dir}/; train one first: tinytf train configs/quickstart.yaml")
-    return max(runs, key=lambda path: (path / CONFIG_FILE).stat().st_mtime)
+    with_checkpoint = [run for run in runs if has_checkpoint(run)]
+    if not with_checkpoint:
+        raise UserError(f"no run in {runs_dir}/ has a checkpoint yet (the newest is {runs[0].name}); train longer")
+    return with_checkpoint[0]
+
+
+def skipped_runs(runs_dir: str | Path) -> list[Path]:
+    """The runs newer than `newest_run(runs_dir)` that it passed over: none has a checkpoint."""
+    runs = _runs_newest_first(runs_dir)
+    return runs[: next((i for i, run in enumerate(runs) if has_checkpoint(run)), len(runs))]
+
+
+def has_checkpoint(run_dir: Path) -> bool:
+    return any(checkpoint_path(run_dir, which).is_file() for which in ("last", "best"))
+
+
+def _runs_newest_first(runs_dir: str | Path) -> list[Path]:
+    runs_dir = Path(runs_dir)
+    runs = [path for path in runs_dir.iterdir() if path.is_dir() and is_run_dir(path)] if runs_dir.is_dir() else []
+    return sorted(runs, key=lambda path: (path / CONFIG_FILE).stat().st_mtime, reverse=True)
 
 
 def resolve_run(run: str | Path | None, runs_dir: str | Path = "runs") -> Path:

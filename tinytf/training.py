@@ -205,6 +205,11 @@ class Trainer:
             self.step = self.saved_step
         except TrainingDiverged as err:  # the weights are still finite: no update was applied
             diverged = err
+        except UserError:  # e.g. the disk is full: close the loggers quietly, then say so
+            for logger in self.loggers:
+                with contextlib.suppress(OSError):
+                    logger.finish(self.step, {})
+            raise
 
         if self.step == start_step and not interrupted:  # resumed a run that had already finished
             self.final = {k: v for k, v in self.best.items() if k != "step"}
@@ -325,7 +330,12 @@ class Trainer:
     def _checkpoint(self, which: str) -> None:
         if self.run_dir is None:
             return
-        save_checkpoint(self.state_dict(), checkpoint_path(self.run_dir, which))
+        path = checkpoint_path(self.run_dir, which)
+        try:
+            save_checkpoint(self.state_dict(), path)
+        except OSError as err:  # a full disk, most likely: the previous checkpoint is intact
+            kept = f"checkpoints/last.pt still holds step {self.saved_step}" if self.saved_step else "no checkpoint yet"
+            raise UserError(f"cannot write {path} ({err.strerror or err}); {kept}") from None
         if which == "last":
             self.saved_step = self.step
 

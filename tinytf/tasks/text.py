@@ -8,6 +8,7 @@ file; the held-out windows come from the last 10%, so they never overlap.
 
 from __future__ import annotations
 
+import stat
 from functools import cached_property
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from tinytf.tasks.base import LanguageModelTask, Pairs
 from tinytf.tasks.vocab import Vocabulary
 
 HELD_OUT_FRACTION = 0.1
+MAX_TEXT_BYTES = 50_000_000  # the file's tokens are held as a Python list and a tensor
 
 
 class Text(LanguageModelTask):
@@ -36,10 +38,17 @@ class Text(LanguageModelTask):
         if not self.config.path:
             raise ConfigProblem("task.path: the text task needs the file to model", "task.path", "task.name")
         path = Path(self.config.path)
-        if not path.exists():
-            raise ConfigProblem(f"task.path: file not found: {path}", "task.path")
-        if not path.is_file():
-            raise ConfigProblem(f"task.path: {path} is not a file", "task.path")
+        try:
+            status = path.stat()  # never open it here: opening a FIFO would block
+        except FileNotFoundError:
+            raise ConfigProblem(f"task.path: file not found: {path}", "task.path") from None
+        except OSError as err:
+            raise ConfigProblem(f"task.path: cannot read {path} ({err.strerror or err})", "task.path") from None
+        if not stat.S_ISREG(status.st_mode):
+            raise ConfigProblem(f"task.path: {path} is not a regular file", "task.path")
+        if status.st_size > MAX_TEXT_BYTES:
+            raise ConfigProblem(f"task.path: {path} has {status.st_size:,} bytes; the text task reads at most "
+                                f"{MAX_TEXT_BYTES:,} (every token is kept in memory)", "task.path")  # fmt: skip
 
     @cached_property
     def tokens(self) -> list[str]:
