@@ -272,6 +272,7 @@ def test_the_default_run_is_the_newest_with_a_checkpoint(run, tmp_path):
     assert newest_run(runs) == good and skipped_runs(runs) == [crashed]
     result = invoke("eval", "--runs-dir", runs)
     assert result.exit_code == 0 and f"run {good}" in result.stdout
+    assert f"note: skipping {crashed} (no checkpoint yet)" in result.stderr
 
 
 @pytest.mark.parametrize("name", ["../escape", "a/b", "..", ".hidden"])

@@ -199,6 +199,17 @@ def check_run_name(name: str, runs_dir: Path) -> None:
                         f"(the run goes inside {runs_dir})")  # fmt: skip
 
 
+def load_chosen_run(run: Path | None, runs_dir: Path, checkpoint: Checkpoint):
+    """`--run`, or the newest run under `--runs-dir` that has a checkpoint; says which
+    newer runs it passed over (crashed or stopped before their first checkpoint)."""
+    from tinytf.runs import load_run, resolve_run, skipped_runs
+
+    if run is None:
+        for skipped in skipped_runs(runs_dir):
+            typer.echo(f"note: skipping {skipped} (no checkpoint yet)", err=True)
+    return load_run(resolve_run(run, runs_dir), checkpoint.value)
+
+
 # --------------------------------------------------------------------------- attend
 
 
@@ -233,11 +244,10 @@ def attend(
     Example: tinytf attend "the cat sat on the mat" --format png
     """
     from tinytf.attend import attention_report
-    from tinytf.runs import load_run, resolve_run
 
     if out is not None:
         check_out(out, output_format)
-    loaded = load_run(resolve_run(run, runs_dir), checkpoint.value)
+    loaded = load_chosen_run(run, runs_dir, checkpoint)
     report = attention_report(loaded.model, loaded.framing, text, target).select(layer, head)
 
     if output_format is AttendFormat.table:
@@ -330,12 +340,11 @@ def predict(
     Example: tinytf predict "3 1 2"   (a sort model prints: 1 2 3)
     """
     from tinytf.evaluate import predict as predict_answers
-    from tinytf.runs import load_run, resolve_run
 
     if (text is None) == (file is None):
         raise UserError("give either TEXT or --file FILE")
     lines = [text] if file is None else input_lines(file)
-    loaded = load_run(resolve_run(run, runs_dir), checkpoint.value)
+    loaded = load_chosen_run(run, runs_dir, checkpoint)
     numbered = list(enumerate(lines, start=1))
     if file is not None:
         # A line without tokens (blank) gets an empty answer, without the model: one output
@@ -412,9 +421,8 @@ def evaluate_run(
     """
     from tinytf.data import TaskData
     from tinytf.evaluate import evaluate
-    from tinytf.runs import load_run, resolve_run
 
-    loaded = load_run(resolve_run(run, runs_dir), checkpoint.value)
+    loaded = load_chosen_run(run, runs_dir, checkpoint)
     held_out = TaskData(loaded.task, loaded.config.seed, loaded.config.task.eval_size).held_out
     if n is not None and n > len(held_out):
         raise UserError(f"--n {n}: the run's held-out set has {len(held_out)} examples (task.eval_size)")
