@@ -10,6 +10,7 @@ import sys
 
 import pytest
 import torch
+import yaml
 from conftest import SUBPROCESS_ENV, assert_user_error, invoke, read_metrics, tiny_config, tiny_data, write_config
 
 from tinytf.checkpoint import load_checkpoint
@@ -290,3 +291,23 @@ def test_a_text_task_refuses_a_file_that_never_ends(tmp_path):
     for path in (fifo, "/dev/zero"):
         config = write_config(tmp_path, {"task": {"name": "text", "path": str(path)}})
         assert_user_error(invoke("config", "show", config), "is not a regular file")
+
+
+def test_a_text_run_keeps_its_file_s_absolute_path_and_refuses_a_changed_file(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "corpus.txt").write_text("the quick brown fox jumps over the lazy dog. " * 40)
+    data = tiny_data(task={"name": "text", "path": "corpus.txt", "max_len": 8, "eval_size": 20})
+    data["task"] = {key: data["task"][key] for key in ("name", "path", "max_len", "eval_size")}
+    result = invoke("train", write_config(tmp_path, data), "--runs-dir", "runs")
+    assert result.exit_code == 0, result.output
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    saved = yaml.safe_load((run_dir / "config.yaml").read_text())
+    assert saved["task"]["path"] == str(tmp_path / "corpus.txt")
+
+    with open(tmp_path / "corpus.txt", "a") as file:
+        file.write("a new line changes the held-out windows.")
+    before = snapshot(run_dir)
+    assert_user_error(invoke("eval", "--run", run_dir), "has changed since")
+    assert_user_error(invoke("train", "--resume", run_dir, "--set", "train.steps=20"), "has changed since")
+    assert snapshot(run_dir) == before
+    assert invoke("attend", "the", "--run", run_dir).exit_code == 0  # looking inside needs only the saved vocabulary

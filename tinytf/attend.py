@@ -4,6 +4,7 @@ TensorBoard attention images and the notebooks. Pure: it computes, the CLI forma
     report = attention_report(run.model, run.framing, "3 1 2")
     for m in report.maps:            # one per stack, layer and kind
         m.name, m.weights.shape      # "decoder.0.self", (H, T_q, T_k)
+    report.note                      # None, or why the answer may be a guess (a length never trained on)
 
 The weights are exactly those of `model(..., return_attention=True)` for the input.
 """
@@ -46,6 +47,7 @@ class AttentionReport:
     source_tokens: list[str] | None  # the encoder's input, encoder-decoder only
     answer: list[str] | None  # the answer shown (generated unless a target was given)
     maps: list[AttentionMap]
+    note: str | None = None  # set when the input's length is outside what the model was trained on
 
     def select(self, layer: int | None = None, head: int | None = None) -> AttentionReport:
         """Only layer `layer` and/or head `head`; out of range is a `UserError`."""
@@ -61,7 +63,7 @@ class AttentionReport:
                 raise UserError(f"--head {head} is out of range: the model has heads 0..{n_heads - 1}")
             maps = [AttentionMap(m.stack, m.layer, m.kind, m.query_tokens, m.key_tokens,
                                  m.weights[head : head + 1], first_head=head) for m in maps]  # fmt: skip
-        return AttentionReport(self.tokens, self.source_tokens, self.answer, maps)
+        return AttentionReport(self.tokens, self.source_tokens, self.answer, maps, self.note)
 
     def to_json(self) -> str:
         return json.dumps({
@@ -103,4 +105,5 @@ def attention_report(model: nn.Module, framing: Framing, text: str, target: str 
         queries = source_tokens if reads_source else tokens
         keys = source_tokens if reads_source or kind == "cross" else tokens
         maps.append(AttentionMap(stack, int(layer), kind, queries, keys, w[0].float().cpu().numpy()))
-    return AttentionReport(tokens, source_tokens, None if answer is None else vocab.decode(answer), maps)
+    note = framing.length_note(framing.typed_input(text, model.config.max_len))
+    return AttentionReport(tokens, source_tokens, None if answer is None else vocab.decode(answer), maps, note)

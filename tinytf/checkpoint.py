@@ -5,7 +5,9 @@ written atomically (`files.atomic_writer`): a crash or kill at any moment leaves
 the old or the new checkpoint, never half of one. Loading uses `torch.load(weights_only=True)`, which
 refuses any pickled object that is not such plain data, so a tampered file cannot
 execute code. A SHA-256 of every tensor's bytes is saved with them and checked on
-loading, so damaged weights are refused instead of silently used.
+loading, so damaged weights are refused instead of silently used. A file that passes
+both but holds the wrong shapes of data (`step: "abc"`, `model` a single tensor) is
+refused too, before any of it is used.
 """
 
 from __future__ import annotations
@@ -38,12 +40,14 @@ def save_checkpoint(state: dict[str, Any], path: str | Path) -> None:
 def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
     """Read a checkpoint written by `save_checkpoint`; anything else is a `CheckpointError`."""
     path = Path(path)
-    if not path.is_file():
-        raise CheckpointError(f"{path}: checkpoint not found")
     try:
+        if not path.is_file():  # (raises, not False, in a folder the user may not enter)
+            raise CheckpointError(f"{path}: checkpoint not found")
         with warnings.catch_warnings():  # torch warns about foreign pickles before refusing them
             warnings.simplefilter("ignore")
             state = torch.load(path, map_location=map_location, weights_only=True)
+    except PermissionError as err:
+        raise CheckpointError(f"{path}: cannot read checkpoint: {err.strerror or err}") from None
     except pickle.UnpicklingError:
         # (torch's own message would suggest weights_only=False: that runs the file's code)
         raise CheckpointError(
@@ -57,9 +61,75 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
         raise CheckpointError(f"{path}: not a tinytf checkpoint (expected format {FORMAT!r})")
     checksum = state.pop("checksum", None)  # checkpoints written before checksums have none
     content = {key: value for key, value in state.items() if key != "format"}
-    if checksum is not None and checksum != tensor_checksum(content):
+    if checksum is not None and (not isinstance(checksum, str) or checksum != tensor_checksum(content)):
         raise CheckpointError(f"{path}: damaged: its tensors do not match the checksum saved with them; not loaded")
+    problem = structure_problem(state)
+    if problem is not None:
+        raise CheckpointError(f"{path}: not a usable tinytf checkpoint: {problem}; not loaded")
     return state
+
+
+def structure_problem(state: dict[Any, Any]) -> str | None:
+    """What is wrong with the shape of a checkpoint's data, in a few words; None if nothing.
+    Every checkpoint has a `step` (a whole number >= 0); `model`, when there, maps
+    parameter names to tensors; `optimizer`, `scheduler`, `rng` and `best`, when there,
+    are mappings. (What a resumed run needs inside them is `Trainer.load_state_dict`'s
+    to check.)"""
+    if "step" not in state:
+        return "it has no 'step'"
+    step = state["step"]
+    if type(step) is not int or step < 0:  # (not bool: True is an int to Python)
+        return f"'step' is {describe(step)}, not a whole number >= 0"
+    model = state.get("model", {})
+    if not isinstance(model, dict):
+        return f"'model' is {describe(model)}, not a mapping of parameter names to tensors"
+    for name, value in model.items():
+        if not isinstance(name, str) or not isinstance(value, torch.Tensor):
+            return f"'model' maps {describe(name)} to {describe(value)}, not a parameter name to a tensor"
+    for key in ("optimizer", "scheduler", "rng", "best"):
+        if key in state and not isinstance(state[key], dict):
+            return f"{key!r} is {describe(state[key])}, not a mapping"
+    return None
+
+
+def kind_mismatch(expected: Any, actual: Any, name: str) -> str | None:
+    """Where `actual` holds another kind of value (number, string, tensor, mapping, list...)
+    than `expected` does, in a few words ("'optimizer'.param_groups.0.lr is 'abc', not a
+    number"); None if nowhere. Keys only one of them has and list items past the shorter
+    list are not compared: another torch version may add or drop a few."""
+    if _kind(actual) != _kind(expected):
+        return f"{name} is {describe(actual)}, not {_kind(expected)}"
+    if isinstance(expected, dict):
+        items = [(key, expected[key], actual[key]) for key in expected if key in actual]
+    elif isinstance(expected, list | tuple):
+        items = list(zip(range(len(expected)), expected, actual, strict=False))
+    else:
+        return None
+    for key, inner_expected, inner_actual in items:
+        found = kind_mismatch(inner_expected, inner_actual, f"{name}.{key}")
+        if found is not None:
+            return found
+    return None
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "None"
+    if isinstance(value, bool):
+        return "a boolean"
+    kinds = {int: "a number", float: "a number", str: "a string", torch.Tensor: "a tensor", dict: "a mapping",
+             list: "a list", tuple: "a list"}  # fmt: skip
+    return next((kind for cls, kind in kinds.items() if isinstance(value, cls)), type(value).__name__)
+
+
+def describe(value: Any) -> str:
+    """A value for an error message: short, and on one line."""
+    if isinstance(value, torch.Tensor):
+        return f"a tensor of shape {tuple(value.shape)}"
+    if isinstance(value, dict | list | tuple):
+        return f"a {type(value).__name__} of {len(value)}"
+    text = repr(value)
+    return " ".join(text.split()) if len(text) <= 40 else " ".join(text[:37].split()) + "..."
 
 
 def tensor_checksum(state: Any) -> str:

@@ -113,14 +113,18 @@ CheckpointOption = Annotated[
 
 def user_errors_exit_2(command: Command) -> Command:
     """Turn a `UserError` into `error: <message>` on stderr and exit code 2, and Ctrl-C
-    into exit code 130; never a traceback for either."""
+    into exit code 130; never a traceback for either. A file or folder the user may not
+    read is a user error too, wherever the library met it."""
 
     @functools.wraps(command)
     def wrapper(*args: object, **kwargs: object) -> object:
         try:
             return command(*args, **kwargs)
-        except UserError as err:
-            typer.echo(f"error: {err}", err=True)
+        except (UserError, PermissionError) as err:
+            if isinstance(err, PermissionError):
+                err = UserError(f"{err.filename}: cannot read or write it: {err.strerror}")
+            # One line even when the message quotes what the user typed, line breaks and all.
+            typer.echo("error: " + str(err).replace("\r", "\\r").replace("\n", "\\n"), err=True)
             raise typer.Exit(code=2) from None
         except KeyboardInterrupt:
             typer.echo("interrupted", err=True)
@@ -249,6 +253,8 @@ def attend(
         check_out(out, output_format)
     loaded = load_chosen_run(run, runs_dir, checkpoint)
     report = attention_report(loaded.model, loaded.framing, text, target).select(layer, head)
+    if report.note is not None:
+        typer.echo(f"note: {report.note}", err=True)
 
     if output_format is AttendFormat.table:
         from tinytf.viz import terminal_heatmap
@@ -357,6 +363,15 @@ def predict(
                 loaded.framing.typed_input(line, loaded.model.config.max_len)
             except UserError as err:
                 raise UserError(f"{file}: line {number}: {err}") from None
+    max_len = loaded.model.config.max_len
+    notes = [(number, note) for number, line in numbered
+             if (note := loaded.framing.length_note(loaded.framing.typed_input(line, max_len)))]  # fmt: skip
+    if notes:  # one line, however many inputs: the first, and how many more
+        number, note = notes[0]
+        where = f"{file}: line {number}: " if file is not None else ""
+        others = len(notes) - 1
+        more = f" (and {others} more line{'s' * (others > 1)})" if others else ""
+        typer.echo(f"note: {where}{note}{more}", err=True)
     answered = predict_answers(loaded.model, loaded.framing, [line for _, line in numbered]) if numbered else []
     answers = dict(zip([number for number, _ in numbered], answered, strict=True))
     for number in range(1, len(lines) + 1):
@@ -421,8 +436,10 @@ def evaluate_run(
     """
     from tinytf.data import TaskData
     from tinytf.evaluate import evaluate
+    from tinytf.runs import check_data
 
     loaded = load_chosen_run(run, runs_dir, checkpoint)
+    check_data(loaded.run_dir, loaded.task)
     held_out = TaskData(loaded.task, loaded.config.seed, loaded.config.task.eval_size).held_out
     if n is not None and n > len(held_out):
         raise UserError(f"--n {n}: the run's held-out set has {len(held_out)} examples (task.eval_size)")

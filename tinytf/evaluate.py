@@ -62,6 +62,8 @@ class Correct:
 
 def evaluate(model: nn.Module, framing: Framing, pairs: Pairs, batch_size: int = 500) -> dict[str, float]:
     """loss, token_acc and seq_acc of `model` on `pairs` (see the module docstring)."""
+    if len(pairs) == 0:
+        raise ValueError("evaluate: `pairs` holds no examples; there is nothing to score")
     device = next(model.parameters()).device
     loss_sum = 0.0
     total = Correct(0, 0, 0, 0)

@@ -29,8 +29,14 @@ COMMON_TASK_KEYS = ("name", "eval_size")  # every task has these
 
 def load_config(path: str | Path, overrides: Iterable[str] = ()) -> Config:
     """Read a YAML config, apply ``KEY=VALUE`` overrides, validate and check it.
-    Every mistake is a `ConfigError` with a one-line message naming the file or `--set`."""
-    return read_config(path, overrides, check=check_config)
+    Every mistake is a `ConfigError` with a one-line message naming the file or `--set`;
+    arguments of the wrong type are a `TypeError`."""
+    if not isinstance(path, str | Path):
+        raise TypeError(f"load_config: path must be a YAML file's path (str or Path), not {type(path).__name__}")
+    items = list(overrides) if isinstance(overrides, Iterable) and not isinstance(overrides, str | bytes) else None
+    if items is None or not all(isinstance(item, str) for item in items):
+        raise TypeError(f"load_config: overrides must be a list of 'KEY=VALUE' strings, not {overrides!r}")
+    return read_config(path, items, check=check_config)
 
 
 def load_run_config(path: str | Path, overrides: Iterable[str] = ()) -> Config:

@@ -28,6 +28,7 @@ token back in, with a key/value cache; a language model continues the text.
     batch = framing.frame(pairs)                  # training and evaluation
     answers = framing.answers(model, pairs)       # what the model says, as ids
     batch, answer = framing.typed_batch(model, "3 1 2")   # attend: typed text -> one batch
+    framing.length_note(framing.typed_input("3 1 2", max_len))  # None, or: outside the trained lengths
 
 Adding an architecture is one class and one line in FRAMINGS.
 """
@@ -35,6 +36,7 @@ Adding an architecture is one class and one line in FRAMINGS.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
@@ -122,15 +124,31 @@ class Framing:
         check_length(len(ids) + self.added_tokens(), max_len)
         return ids
 
+    def length_note(self, source: list[int]) -> str | None:
+        """A note when typed input `source` (from `typed_input`) is shorter or longer than
+        every input the model was trained on, whose answer is then a guess; else None."""
+        shortest, longest = self.task.trained_lengths
+        if shortest <= len(source) <= longest:
+            return None
+        trained = f"{shortest} to {longest}" if shortest > 1 else f"up to {longest}"
+        return (f"the input has {len(source)} tokens; the model was trained on inputs of {trained} tokens only, "
+                "so its output may be wrong")  # fmt: skip
+
     def typed_batch(self, model: nn.Module, text: str, target: str | None = None) -> tuple[Batch, list[int] | None]:
         """The batch of one that the model reads for typed `text`, framed as in training,
         with `target` as the answer or else the model's own. Returns it and the answer."""
-        source = self.typed_input(text, model.config.max_len)
-        answer = encode_typed(self.vocab, target, what="target") if target is not None else None
-        if answer is None:
-            answer = self.answers(model, single_pair(source))[0]
+        max_len = model.config.max_len
+        source = self.typed_input(text, max_len)
+        if target is not None:
+            answer = encode_typed(self.vocab, target, what="target")
+            batch = self.frame(single_pair(source, answer))
+            check_length(batch.tokens.size(1), max_len, what="the input with its --target")
+            return batch, answer
+        answer = self.answers(model, single_pair(source))[0]
         batch = self.frame(single_pair(source, answer))
-        check_length(batch.tokens.size(1), model.config.max_len)
+        if batch.tokens.size(1) > max_len:
+            # No <eos>: the answer's last token was written, never read back (it would not fit).
+            batch = dataclasses.replace(batch, tokens=batch.tokens[:, :max_len], labels=batch.labels[:, :max_len])
         return batch, answer
 
     def answer_typed(self, model: nn.Module, sources: list[list[int]], batch_size: int = 500) -> list[list[int]]:
@@ -180,6 +198,8 @@ class EncoderFraming(Framing):
         return Batch(tokens, labels, pad_mask=~in_source)
 
     def answers(self, model: nn.Module, pairs: Pairs) -> list[list[int]]:
+        if len(pairs) == 0:
+            return []
         with eval_mode(model):
             batch = self.frame(pairs).to(_device(model))
             predicted = model(**batch.model_inputs()).argmax(-1).tolist()  # (B, T)
@@ -209,6 +229,18 @@ class DecoderFraming(Framing):
 
     def added_tokens(self) -> int:
         return 1  # <sep> after the question
+
+    def typed_input(self, text: str, max_len: int) -> list[int]:
+        """As `Framing.typed_input`, and the answer must fit too: the model reads
+        `source <sep>`, then each token of its answer as it writes it (never <eos>)."""
+        ids = super().typed_input(text, max_len)
+        answer = self.task.max_target_len
+        if len(ids) + 1 + answer > max_len:
+            raise UserError(
+                f"the input has {len(ids)} tokens; with <sep> and its answer (up to {answer} tokens) "
+                f"this model's max_len={max_len} leaves room for inputs of up to {max_len - 1 - answer}"
+            )
+        return ids
 
     def frame(self, pairs: Pairs) -> Batch:
         with_eos, target_len = _append_eos(pairs, self.vocab.eos_id)  # (B, T+1): t1 .. tn <eos>
@@ -251,6 +283,8 @@ class EncoderDecoderFraming(Framing):
         return Batch(tokens, labels, source=pairs.source[:, :source_width], source_pad_mask=source_pad_mask)
 
     def answers(self, model: nn.Module, pairs: Pairs) -> list[list[int]]:
+        if len(pairs) == 0:
+            return []
         # Encode once; the decoder starts from <bos> and attends to the (padded) source.
         device = _device(model)
         width = int(pairs.source_len.max())
@@ -285,6 +319,9 @@ class LanguageModelFraming(Framing):
         check_length(len(prompt), max_len)
         return prompt
 
+    def length_note(self, source: list[int]) -> str | None:
+        return super().length_note(source[1:] if self.task.starts_with_bos else source)  # words, not <bos>
+
     def typed_batch(self, model: nn.Module, text: str, target: str | None = None) -> tuple[Batch, list[int] | None]:
         if target is not None:
             raise UserError("--target: a language model has no answer to impose; it reads TEXT as it is")
@@ -292,7 +329,8 @@ class LanguageModelFraming(Framing):
         return Batch(torch.tensor([ids]), torch.full((1, len(ids)), IGNORE)), None
 
     def answer_typed(self, model: nn.Module, sources: list[list[int]], batch_size: int = 500) -> list[list[int]]:
-        """Each prompt's continuation: until <eos>, at most LM_CONTINUATION tokens."""
+        """Each prompt's continuation: until <eos>, at most LM_CONTINUATION tokens, and
+        only as far as the model can read (model.max_len tokens, the prompt included)."""
         return generate_each(model, sources, LM_CONTINUATION, self.vocab.eos_id)
 
     def typed_example(self, pairs: Pairs, i: int) -> tuple[str, str | None]:
@@ -393,10 +431,10 @@ def encode_typed(vocab: Vocabulary, text: str, what: str = "input") -> list[int]
     return ids
 
 
-def check_length(length: int, max_len: int) -> None:
+def check_length(length: int, max_len: int, what: str = "the input") -> None:
     """A `UserError` if the model would have to read more than `max_len` tokens."""
     if length > max_len:
-        raise UserError(f"the input makes {length} tokens; this model reads at most model.max_len={max_len}")
+        raise UserError(f"{what} makes {length} tokens; this model reads at most model.max_len={max_len}")
 
 
 def single_pair(source: list[int], target: list[int] | None = None) -> Pairs:

@@ -41,6 +41,7 @@ VOCAB_FILE = "vocab.json"
 CHECKPOINTS = "checkpoints"
 METRICS_FILE = "metrics.jsonl"
 PID_FILE = "train.pid"
+DATA_FINGERPRINT_FILE = "data.sha256"  # tasks that read a file: its hash when the run was trained
 
 
 def create_run_dir(runs_dir: str | Path, name: str) -> Path:
@@ -109,6 +110,23 @@ def _step_of(line: str) -> int | None:
     except (ValueError, AttributeError):
         return None
     return step if isinstance(step, int) else None
+
+
+def record_data(run_dir: Path, task: Task) -> None:
+    """Keep the hash of the data file the run trains on (text task), to notice changes."""
+    fingerprint = task.data_fingerprint()
+    if fingerprint is not None:
+        write_text_atomically(Path(run_dir) / DATA_FINGERPRINT_FILE, fingerprint + "\n")
+
+
+def check_data(run_dir: Path, task: Task) -> None:
+    """A `UserError` if the run's data file has changed since it was trained: its held-out
+    windows, and what training would continue on, are no longer the run's."""
+    recorded = Path(run_dir) / DATA_FINGERPRINT_FILE
+    if recorded.is_file() and recorded.read_text().strip() != task.data_fingerprint():
+        raise UserError(f"task.path: {task.config.path} has changed since {run_dir} was trained on it "
+                        f"(its SHA-256 differs from {DATA_FINGERPRINT_FILE}); its held-out set would not be "
+                        "the run's: restore the file or train a new run")  # fmt: skip
 
 
 def checkpoint_path(run_dir: Path, which: str) -> Path:

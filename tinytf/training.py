@@ -48,11 +48,13 @@ from tinytf.runs import (
     METRICS_FILE,
     PID_FILE,
     VOCAB_FILE,
+    check_data,
     checkpoint_path,
     claim,
     create_run_dir,
     exclusive_training,
     load_task,
+    record_data,
     tidy_for_resume,
 )
 from tinytf.tasks import get_task
@@ -122,24 +124,33 @@ def train(
             # everything is checked before anything is written: a refused resume changes nothing.
             lock.enter_context(exclusive_training(resume))
             check_unchanged(load_run_config(resume / CONFIG_FILE), config)
+            check_data(resume, get_task(config.task))
             state = load_checkpoint(checkpoint_path(resume, "last"))
             if config.train.steps < state["step"]:
                 raise ConfigError(f"train.steps={config.train.steps}: this run has trained {state['step']} steps "
                                   f"already; resume with train.steps of at least {state['step']}")  # fmt: skip
+        if resume is None and config.task.path is not None:  # the run keeps working from any folder
+            config = config.model_copy(update={"task": config.task.model_copy(update={"path": _absolute(config)})})
         trainer = _assemble(config, resume, loggers)
+        task = trainer.framing.task
         if resume is not None:
             trainer.load_state_dict(state)
             tidy_for_resume(resume, trainer.step)
         else:  # only now, once the config and the task's data have proven usable
             trainer.run_dir = create_run_dir(runs_dir, name)
             lock.enter_context(exclusive_training(trainer.run_dir))
-            trainer.framing.task.vocab.save(trainer.run_dir / VOCAB_FILE)
+            task.vocab.save(trainer.run_dir / VOCAB_FILE)
+            record_data(trainer.run_dir, task)
         run_dir = trainer.run_dir
         claim(run_dir)
         lock.callback((run_dir / PID_FILE).unlink, missing_ok=True)
         save_config(config, run_dir / CONFIG_FILE)  # after a resume: the config it continues with
         trainer.loggers[:0] = [MetricsFileLogger(run_dir / METRICS_FILE), TensorBoardLogger(run_dir, config)]
         return trainer.run()
+
+
+def _absolute(config: Config) -> str:
+    return str(Path(config.task.path).resolve())
 
 
 def _assemble(config: Config, resume: Path | None, loggers: Sequence[Logger]) -> Trainer:
@@ -313,18 +324,61 @@ class Trainer:
         }  # fmt: skip
 
     def load_state_dict(self, state: dict) -> None:
-        """Continue from `state_dict()`; a `CheckpointError` if it does not fit this model."""
-        try:
-            self.model.load_state_dict(state["model"])
+        """Continue from `state_dict()`. A `CheckpointError` if `state` is not a whole
+        training state of this run's shapes and kinds (checked before anything is loaded,
+        so a tampered file fails here, not with a traceback in the middle of training) or
+        if it does not fit this model."""
+        from tinytf.checkpoint import describe, kind_mismatch, structure_problem
+
+        def problem() -> str | None:
+            missing = [key for key in ("step", "model", "optimizer", "scheduler", "rng", "best_score", "best")
+                       if key not in state]  # fmt: skip
+            if missing:
+                return f"it has no {', '.join(map(repr, missing))}: not a whole training state"
+            if (found := structure_problem(state)) is not None:
+                return found
+            fresh = {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict()}
+            for key, expected in fresh.items():
+                if (found := kind_mismatch(expected, state[key], repr(key))) is not None:
+                    return found
+            if not all(isinstance(state["rng"].get(key), torch.Tensor) for key in ("torch", "data")):
+                return "'rng' should hold the tensors 'torch' and 'data'"
+            best, best_score = state["best"], state["best_score"]
+            numbers = [*best.values(), *(best_score or [])]
+            if not all(isinstance(value, int | float) and not isinstance(value, bool) for value in numbers):
+                return "'best' and 'best_score' should hold numbers"
+            if best_score is not None and (not isinstance(best_score, list | tuple) or len(best_score) != 2):
+                return "'best_score' should be None or two numbers"
+            if best and not {"step", "seq_acc", "token_acc", "loss"} <= best.keys():
+                return "'best' should be empty or have step, seq_acc, token_acc and loss"
+            return None
+
+        if (found := problem()) is not None:
+            raise CheckpointError(f"the run's last checkpoint cannot be resumed: {found}")
+
+        def load_optimizer() -> None:
             self.optimizer.load_state_dict(state["optimizer"])
-            self.scheduler.load_state_dict(state["scheduler"])
-            torch.set_rng_state(state["rng"]["torch"])
-            self.data.load_state_dict({"generator": state["rng"]["data"]})
-            self.step, self.best_score, self.best = state["step"], state["best_score"], state["best"]
-        except (RuntimeError, ValueError, KeyError, TypeError) as err:
-            raise CheckpointError(
-                f"the run's last checkpoint does not fit this config (did --set change the model?): {first_line(err)}"
-            ) from None
+            for parameter, moments in self.optimizer.state.items():  # AdamW's: a tensor of each weight's shape
+                for name, moment in moments.items():
+                    if not isinstance(moment, torch.Tensor) or (name != "step" and moment.shape != parameter.shape):
+                        raise ValueError(f"{name} is {describe(moment)}, not a tensor of shape "
+                                         f"{tuple(parameter.shape)}")  # fmt: skip
+
+        parts = {
+            "model": lambda: self.model.load_state_dict(state["model"]),
+            "optimizer": load_optimizer,
+            "scheduler": lambda: self.scheduler.load_state_dict(state["scheduler"]),
+            "rng": lambda: (torch.set_rng_state(state["rng"]["torch"]),
+                            self.data.load_state_dict({"generator": state["rng"]["data"]})),
+        }  # fmt: skip
+        for part, load in parts.items():
+            try:
+                load()
+            except (RuntimeError, ValueError, KeyError, TypeError, AttributeError, IndexError) as err:
+                hint = " (did --set change the model?)" if part in ("model", "optimizer") else ""
+                raise CheckpointError(f"the run's last checkpoint: its {part!r} does not fit this run{hint}: "
+                                      f"{first_line(err)}") from None  # fmt: skip
+        self.step, self.best_score, self.best = state["step"], state["best_score"], dict(state["best"])
         self.saved_step = self.step
 
     def _checkpoint(self, which: str) -> None:

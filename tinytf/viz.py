@@ -11,7 +11,8 @@ back at its subject.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import sys
+from typing import TYPE_CHECKING, TextIO
 
 import numpy as np
 
@@ -21,6 +22,17 @@ if TYPE_CHECKING:
     from tinytf.attend import AttentionMap, AttentionReport
 
 SHADES = " ░▒▓█"  # weight 0 .. 1, in five steps
+ASCII_SHADES = " .:#@"  # the same steps, for an output that cannot show SHADES (e.g. cp1252)
+
+
+def terminal_shades(stream: TextIO | None = None) -> str:
+    """SHADES if `stream` (default: sys.stdout as it is now) can encode them, else ASCII_SHADES."""
+    encoding = getattr(sys.stdout if stream is None else stream, "encoding", None) or "utf-8"
+    try:
+        SHADES.encode(encoding)
+    except (UnicodeEncodeError, LookupError):  # (LookupError: an encoding Python does not know)
+        return ASCII_SHADES
+    return SHADES
 
 
 def _draw_heatmap(
@@ -126,16 +138,19 @@ class _Frame:
         return np.asarray(self.canvas.buffer_rgba())[:, :, :3].copy()  # (height, width, RGB)
 
 
-def terminal_heatmap(attention: AttentionMap, head: int, cell_width: int = 2) -> str:
+def terminal_heatmap(attention: AttentionMap, head: int, cell_width: int = 2, shades: str | None = None) -> str:
     """One head as text: query tokens down the side, key tokens (numbered) across the top,
-    one shaded cell per weight, and each query's strongest key at the end of its row."""
+    one shaded cell per weight, and each query's strongest key at the end of its row.
+    `shades`: the characters for weight 0 .. 1; default: `terminal_shades()`, Unicode
+    blocks where sys.stdout can show them, ASCII where it cannot."""
+    shades = shades or terminal_shades()
     weights = attention.weights[head]
     queries, keys = attention.query_tokens, attention.key_tokens
     label_width = min(max(len(t) for t in queries), 12)
     header = " " * (label_width + 1) + "".join(f"{j:<{cell_width}d}"[:cell_width] for j in range(len(keys)))
     lines = [f"{attention.name} head {attention.first_head + head}", header]
     for i, query in enumerate(queries):
-        cells = "".join(SHADES[min(int(w * len(SHADES)), len(SHADES) - 1)] * cell_width for w in weights[i])
+        cells = "".join(shades[min(int(w * len(shades)), len(shades) - 1)] * cell_width for w in weights[i])
         strongest = int(np.argmax(weights[i]))
         label = f"{query[:label_width]:>{label_width}}"
         lines.append(f"{label} {cells}  -> {keys[strongest]} ({weights[i, strongest]:.2f})")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from os import PathLike
 from typing import Any
 
 from tinytf.config import Config, config_from_dict
@@ -21,6 +22,11 @@ def build_model(config: Config | Mapping[str, Any], vocab_size: int | None = Non
         against its task here (`tinytf.experiment.check_config`).
     vocab_size: size of the token vocabulary; by default the vocabulary of the config's task.
     """
+    if isinstance(config, str | PathLike):
+        raise TypeError(f"build_model takes a config, not a file ({config!r}): call tinytf.load_config(path) first")
+    if not isinstance(config, Config | Mapping):
+        raise TypeError(f"build_model: config must be a Config or a dict shaped like the YAML file, "
+                        f"not {type(config).__name__}")  # fmt: skip
     if not isinstance(config, Config):
         config = config_from_dict(config)
     check_config(config)

@@ -19,6 +19,11 @@ Calls (everything after `tokens` is a keyword, so the two sequences cannot be sw
 Padding masks are always `pad_mask` (the tokens') and `source_pad_mask` (the source's),
 True at PAD positions, the keys that get zero attention weight.
 
+Inputs are checked before the embedding reads them: ids outside [0, vocab_size), an
+empty batch or sequence, and a source batch of another size than `tokens` are a
+`ValueError` naming the argument, ids that are not integers a `TypeError` (the embedding
+would raise an IndexError on a CPU, and trip a device-side assert on a GPU).
+
 Attention weights are returned, never stored on modules:
 
     logits, attention = model(tokens, return_attention=True)
@@ -46,6 +51,8 @@ from tinytf.config import ModelConfig
 from tinytf.model.layers import LayerCache, TransformerStack
 from tinytf.model.masks import attention_bias
 from tinytf.model.positional import POSITIONAL_ENCODINGS, RotaryPositions
+
+_compiling = getattr(torch.compiler, "is_compiling", lambda: False)  # torch < 2.3 has none: always check
 
 
 class Transformer(nn.Module):
@@ -87,8 +94,10 @@ class Transformer(nn.Module):
     def rope(self) -> RotaryPositions | None:
         return self.positions if isinstance(self.positions, RotaryPositions) else None
 
-    def embed(self, tokens: torch.Tensor, start: int = 0) -> torch.Tensor:
-        """Token ids (B, T) at positions start..start+T-1 -> embeddings with positions (B, T, D)."""
+    def embed(self, tokens: torch.Tensor, start: int = 0, name: str = "tokens") -> torch.Tensor:
+        """Token ids (B, T) at positions start..start+T-1 -> embeddings with positions (B, T, D).
+        `name`: the argument that `tokens` came in as, for the error if they are not ids."""
+        check_ids(tokens, self.vocab_size, name)
         end = start + tokens.size(1)
         if end > self.config.max_len:
             raise ValueError(f"sequence of length {end} is longer than model.max_len={self.config.max_len}")
@@ -105,8 +114,9 @@ class Transformer(nn.Module):
         """
         if self.encoder is None:
             raise ValueError(f"arch={self.config.arch} has no encoder")
+        x = self.embed(source, name="tokens" if self.decoder is None else "source")  # encoder-only: forward's `tokens`
         bias = attention_bias(source_pad_mask, source.size(1), causal=False)  # (B, 1, S, S) or None
-        return self.encoder(self.embed(source), bias, rope=self.rope, return_attention=return_attention)
+        return self.encoder(x, bias, rope=self.rope, return_attention=return_attention)
 
     def decode(
         self,
@@ -135,13 +145,17 @@ class Transformer(nn.Module):
         if cache is not None and pad_mask is not None:
             raise ValueError("a cache holds unpadded prefixes: generate sequences of equal length together")
         start = cache[0].self_attn.length if cache else 0
+        x = self.embed(tokens, start)  # (B, T, D)
+        if context is not None and context.size(0) != tokens.size(0):
+            source_shape = tuple(context.shape[:2])  # (B, S) of the source that was encoded
+            raise ValueError(f"the source {source_shape} and `tokens` {tuple(tokens.shape)} must hold the same "
+                             "number of sequences: one source per sequence of tokens")  # fmt: skip
         self_bias = attention_bias(pad_mask, tokens.size(1), causal=True)  # (B, 1, T, T) or None
         # Every decoder query may look at every non-PAD source position.
         context_bias = attention_bias(source_pad_mask, tokens.size(1), causal=False)  # (B, 1, T, S) or None
         hidden, weights = self.decoder(
-            self.embed(tokens, start), self_bias, context, context_bias,
-            rope=self.rope, return_attention=return_attention, cache=cache,
-        )  # fmt: skip
+            x, self_bias, context, context_bias, rope=self.rope, return_attention=return_attention, cache=cache
+        )
         return self.lm_head(hidden), weights  # (B, T, D) -> (B, T, V)
 
     def new_cache(self) -> list[LayerCache]:
@@ -186,6 +200,22 @@ class Transformer(nn.Module):
             )  # fmt: skip
             attention.update(_name_weights("decoder", decoder_weights))
         return (logits, attention) if return_attention else logits
+
+
+def check_ids(ids: torch.Tensor, vocab_size: int, name: str) -> None:
+    """A clear error unless `ids` is a non-empty (B, L) tensor of token ids in [0, vocab_size)."""
+    if _compiling():  # a compiled training step reads the task's own batches; a check would split its graph
+        return
+    if not isinstance(ids, torch.Tensor) or ids.dtype not in (torch.long, torch.int):
+        got = ids.dtype if isinstance(ids, torch.Tensor) else type(ids).__name__
+        raise TypeError(f"`{name}` must be a tensor of integer token ids (torch.long), not {got}")
+    if ids.dim() != 2 or ids.numel() == 0:
+        raise ValueError(f"`{name}` must hold token ids as (batch, length), neither of them 0; "
+                         f"its shape is {tuple(ids.shape)}")  # fmt: skip
+    low, high = int(ids.min()), int(ids.max())  # one pass each, no per-element Python
+    if low < 0 or high >= vocab_size:
+        raise ValueError(f"`{name}` holds ids from {low} to {high}; this model's vocabulary has ids 0 to "
+                         f"{vocab_size - 1} (vocab_size={vocab_size})")  # fmt: skip
 
 
 def _name_weights(stack: str, per_layer: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:

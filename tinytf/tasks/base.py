@@ -130,6 +130,17 @@ class Task:
         """Longest target sequence the task produces."""
         raise NotImplementedError
 
+    @property
+    def trained_lengths(self) -> tuple[int, int]:
+        """The shortest and longest inputs, in tokens as typed, that training shows the
+        model: an answer to anything else is a guess (`Framing.length_note` says so)."""
+        return 1, self.max_source_len
+
+    def data_fingerprint(self) -> str | None:
+        """A hash of the data the task reads from outside (a file), so that a run can tell
+        when it changed; None for tasks that generate their examples."""
+        return None
+
     def space_size(self) -> int | None:
         """How many distinct examples exist (None: too many to matter). A small space
         makes the held-out set and the training stream collide, which sampling avoids."""
@@ -146,6 +157,12 @@ class LanguageModelTask(Task):
     archs = ("decoder",)
     language_model = True
     max_source_len = 0
+
+    @property
+    def trained_lengths(self) -> tuple[int, int]:
+        """Prompts of any length up to the training window (each position is trained),
+        which is max_target_len - 1 tokens read, <bos> included."""
+        return 1, self.max_target_len - 1 - int(self.starts_with_bos)
 
 
 class SymbolTask(Task):
@@ -177,6 +194,10 @@ class SymbolTask(Task):
     @property
     def max_target_len(self) -> int:
         return self.config.max_len
+
+    @property
+    def trained_lengths(self) -> tuple[int, int]:
+        return self.config.min_len, self.config.max_len
 
     def space_size(self) -> int:
         return sum(self.config.vocab_size**length for length in range(self.config.min_len, self.config.max_len + 1))

@@ -8,6 +8,7 @@ file; the held-out windows come from the last 10%, so they never overlap.
 
 from __future__ import annotations
 
+import hashlib
 import stat
 from functools import cached_property
 from pathlib import Path
@@ -42,8 +43,9 @@ class Text(LanguageModelTask):
             status = path.stat()  # never open it here: opening a FIFO would block
         except FileNotFoundError:
             raise ConfigProblem(f"task.path: file not found: {path}", "task.path") from None
-        except OSError as err:
-            raise ConfigProblem(f"task.path: cannot read {path} ({err.strerror or err})", "task.path") from None
+        except (OSError, ValueError) as err:  # ValueError: a NUL in the name
+            reason = getattr(err, "strerror", None) or err
+            raise ConfigProblem(f"task.path: cannot read {path!r} ({reason})", "task.path") from None
         if not stat.S_ISREG(status.st_mode):
             raise ConfigProblem(f"task.path: {path} is not a regular file", "task.path")
         if status.st_size > MAX_TEXT_BYTES:
@@ -61,12 +63,19 @@ class Text(LanguageModelTask):
             raise ConfigError(f"task.path: {path} is a folder, not a text file") from None
         except UnicodeDecodeError as err:
             raise ConfigError(f"task.path: {path} is not UTF-8 text ({err.reason} at byte {err.start})") from None
-        except OSError as err:
-            raise ConfigError(f"task.path: cannot read {path} ({err.strerror or err})") from None
+        except (OSError, ValueError) as err:
+            raise ConfigError(f"task.path: cannot read {path!r} ({getattr(err, 'strerror', None) or err})") from None
         return text.split() if self.config.tokenizer == "word" else list(text)
 
     def build_vocab(self) -> Vocabulary:
         return Vocabulary(sorted(set(self.tokens)), split=self.config.tokenizer)
+
+    def data_fingerprint(self) -> str:
+        """SHA-256 of the file's bytes."""
+        try:
+            return hashlib.sha256(Path(self.config.path or "").read_bytes()).hexdigest()
+        except OSError as err:
+            raise ConfigError(f"task.path: cannot read {self.config.path} ({err.strerror or err})") from None
 
     @cached_property
     def stream(self) -> torch.Tensor:
