@@ -9,6 +9,8 @@ import json
 import os
 from pathlib import Path
 
+import pytest
+import torch
 import yaml
 from typer.testing import CliRunner
 
@@ -22,6 +24,17 @@ CONFIGS = sorted((ROOT / "configs").glob("*.yaml"))
 SUBPROCESS_ENV = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 _runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """Tiny models run as fast on one thread, and far faster than on two when the other
+    core is busy (another test's subprocess, another job). Use it per module with
+    `pytestmark = pytest.mark.usefixtures("one_torch_thread")`."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
 
 
 def tiny_data(seed=0, **sections):

@@ -19,15 +19,7 @@ from tinytf.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from tinytf.runs import checkpoint_path
 from tinytf.viz import ASCII_SHADES, SHADES, terminal_shades
 
-
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny models run as fast on one thread, and far faster than on two when the other
-    core is busy (another test's subprocess, another job)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 @pytest.fixture(scope="module")

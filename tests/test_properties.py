@@ -15,7 +15,6 @@ import typing
 from datetime import timedelta
 
 import pytest
-import torch
 import yaml
 from conftest import ROOT, invoke, tiny_data, write_config
 from hypothesis import HealthCheck, example, given, settings
@@ -28,14 +27,7 @@ from tinytf.tasks import TASKS
 QUICKSTART = ROOT / "configs" / "quickstart.yaml"
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny models run as fast on one thread, and far faster than on two when the other
-    core is busy (another test's subprocess, another job)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 # Reproducible (derandomize), no example database written into the repository, and a time
