@@ -311,3 +311,52 @@ def test_a_text_run_keeps_its_file_s_absolute_path_and_refuses_a_changed_file(tm
     assert_user_error(invoke("train", "--resume", run_dir, "--set", "train.steps=20"), "has changed since")
     assert snapshot(run_dir) == before
     assert invoke("attend", "the", "--run", run_dir).exit_code == 0  # looking inside needs only the saved vocabulary
+
+
+def test_a_text_run_can_be_looked_at_after_its_file_is_gone(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "corpus.txt").write_text("the quick brown fox jumps over the lazy dog. " * 40)
+    data = tiny_data(task={"name": "text", "path": "corpus.txt", "max_len": 8, "eval_size": 20})
+    data["task"] = {key: data["task"][key] for key in ("name", "path", "max_len", "eval_size")}
+    assert invoke("train", write_config(tmp_path, data), "--runs-dir", "runs").exit_code == 0
+    (tmp_path / "corpus.txt").unlink()
+    assert invoke("attend", "the", "--runs-dir", "runs").exit_code == 0
+    assert invoke("predict", "the qu", "--runs-dir", "runs").exit_code == 0
+    assert_user_error(invoke("eval", "--runs-dir", "runs"), "task.path")
+
+
+class InfiniteGradientAt(NullLogger):
+    """Before step `at`'s update, one gradient turns infinite (hooked on a weight)."""
+
+    def __init__(self, model, at):
+        self.steps = 0
+
+        def poison(grad):
+            self.steps += 1
+            return grad * float("inf") if self.steps == at else grad
+
+        next(model.parameters()).register_hook(poison)
+
+
+def test_a_non_finite_gradient_without_clipping_never_reaches_the_weights(tmp_path):
+    config = tiny_config(train={"grad_clip": None, "checkpoint_every": 2, "eval_every": 2, "steps": 12})
+    task = get_task(config.task)
+    model = build_model(config)
+    run_dir = tmp_path / "run"
+    (run_dir / "checkpoints").mkdir(parents=True)
+    trainer = Trainer(model, get_framing(task, "decoder"), TaskData(task, 0, 40), config.train, config.log,
+                      [InfiniteGradientAt(model, at=3)], run_dir=run_dir)  # fmt: skip
+    with pytest.raises(TrainingDiverged, match="training diverged at step 3"):
+        trainer.run()
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+
+
+def test_a_hand_edited_best_score_is_one_line_on_resume(run, tmp_path):
+    from tinytf.checkpoint import save_checkpoint
+
+    copy = tmp_path / "copy"
+    subprocess.run(["cp", "-r", str(run), str(copy)], check=True)
+    state = load_checkpoint(checkpoint_path(copy, "last"))
+    state.pop("format")
+    save_checkpoint({**state, "best_score": 5}, checkpoint_path(copy, "last"))  # a valid checksum
+    assert_user_error(invoke("train", "--resume", copy, "--set", "train.steps=14"), "best_score")

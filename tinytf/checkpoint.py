@@ -33,8 +33,9 @@ class CheckpointError(UserError):
 
 def save_checkpoint(state: dict[str, Any], path: str | Path) -> None:
     """Atomically write `state` (plain data and tensors) to `path`, with its checksum."""
+    content = {key: value for key, value in state.items() if key not in ("format", "checksum")}
     with atomic_writer(path) as file:
-        torch.save({"format": FORMAT, **state, "checksum": tensor_checksum(state)}, file)
+        torch.save({"format": FORMAT, **content, "checksum": tensor_checksum(content)}, file)
 
 
 def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
@@ -54,15 +55,17 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
             f"{path}: not a tinytf checkpoint: it holds Python objects, not just tensors and plain data; "
             "not loaded, and nothing in it was run"
         ) from None
-    except (RuntimeError, EOFError, OSError, ValueError) as err:
+    except CheckpointError:
+        raise
+    except Exception as err:  # a damaged zip can make torch.load fail in many ways (KeyError, IndexError...)
         raise CheckpointError(f"{path}: not a readable checkpoint, damaged or of another format; not loaded "
-                              f"({first_line(err)[:80]})") from None  # fmt: skip
+                              f"({type(err).__name__}: {first_line(err)[:80]})") from None  # fmt: skip
     if not isinstance(state, dict) or state.get("format") != FORMAT:
         raise CheckpointError(f"{path}: not a tinytf checkpoint (expected format {FORMAT!r})")
     checksum = state.pop("checksum", None)  # checkpoints written before checksums have none
     content = {key: value for key, value in state.items() if key != "format"}
     if checksum is not None and (not isinstance(checksum, str) or checksum != tensor_checksum(content)):
-        raise CheckpointError(f"{path}: damaged: its tensors do not match the checksum saved with them; not loaded")
+        raise CheckpointError(f"{path}: damaged: its content does not match the checksum saved with it; not loaded")
     problem = structure_problem(state)
     if problem is not None:
         raise CheckpointError(f"{path}: not a usable tinytf checkpoint: {problem}; not loaded")
@@ -133,21 +136,25 @@ def describe(value: Any) -> str:
 
 
 def tensor_checksum(state: Any) -> str:
-    """SHA-256 over the names, dtypes, shapes and bytes of every tensor in `state`."""
+    """SHA-256 over everything in `state`: each tensor's name, dtype, shape and bytes, and
+    each other value's name and repr (the optimizer's settings, the step, the best score)."""
     digest = hashlib.sha256()
-    for name, tensor in _tensors(state):
-        digest.update(f"{name}:{tensor.dtype}:{tuple(tensor.shape)};".encode())
-        digest.update(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+    for name, value in _leaves(state):
+        if isinstance(value, torch.Tensor):
+            digest.update(f"{name}:{value.dtype}:{tuple(value.shape)};".encode())
+            digest.update(value.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+        else:
+            digest.update(f"{name}={value!r};".encode())
     return digest.hexdigest()
 
 
-def _tensors(value: Any, name: str = "") -> Iterator[tuple[str, torch.Tensor]]:
-    """Every tensor inside nested dicts, lists and tuples, with its path, in a fixed order."""
-    if isinstance(value, torch.Tensor):
-        yield name, value
-    elif isinstance(value, dict):
+def _leaves(value: Any, name: str = "") -> Iterator[tuple[str, Any]]:
+    """Every value inside nested dicts, lists and tuples, with its path, in a fixed order."""
+    if isinstance(value, dict):
         for key, item in value.items():
-            yield from _tensors(item, f"{name}.{key}")
+            yield from _leaves(item, f"{name}.{key!r}")
     elif isinstance(value, list | tuple):
         for index, item in enumerate(value):
-            yield from _tensors(item, f"{name}.{index}")
+            yield from _leaves(item, f"{name}.{index}")
+    else:
+        yield name, value

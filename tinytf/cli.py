@@ -114,15 +114,15 @@ CheckpointOption = Annotated[
 def user_errors_exit_2(command: Command) -> Command:
     """Turn a `UserError` into `error: <message>` on stderr and exit code 2, and Ctrl-C
     into exit code 130; never a traceback for either. A file or folder the user may not
-    read is a user error too, wherever the library met it."""
+    read or write (a full disk) is one such line too, wherever the library met it."""
 
     @functools.wraps(command)
     def wrapper(*args: object, **kwargs: object) -> object:
         try:
             return command(*args, **kwargs)
-        except (UserError, PermissionError) as err:
-            if isinstance(err, PermissionError):
-                err = UserError(f"{err.filename}: cannot read or write it: {err.strerror}")
+        except (UserError, OSError) as err:
+            if isinstance(err, OSError):  # a folder the user may not read, a full disk...
+                err = UserError(f"{err.filename or 'a file'}: {err.strerror or err}")
             # One line even when the message quotes what the user typed, line breaks and all.
             typer.echo("error: " + str(err).replace("\r", "\\r").replace("\n", "\\n"), err=True)
             raise typer.Exit(code=2) from None

@@ -39,23 +39,24 @@ def load_config(path: str | Path, overrides: Iterable[str] = ()) -> Config:
     return read_config(path, items, check=check_config)
 
 
-def load_run_config(path: str | Path, overrides: Iterable[str] = ()) -> Config:
+def load_run_config(path: str | Path, overrides: Iterable[str] = (), *, data: bool = True) -> Config:
     """A run folder's saved config.yaml (see `load_config`), with `overrides` for
     continuing it: those may change how it trains (train.*, log.*), never what it is
     (see `check_unchanged`). Task keys that the task does not use, which tinytf 0.1
-    wrote into every run's config, are dropped first."""
-    data = read_yaml(path)
+    wrote into every run's config, are dropped first. `data`: see `check_config`."""
+    content = read_yaml(path)
     try:
-        saved = config_from_dict(data)
-        if isinstance(data.get("task"), dict) and saved.task.name in TASKS:
+        saved = config_from_dict(content)
+        if isinstance(content.get("task"), dict) and saved.task.name in TASKS:
             used = used_task_keys(saved)
-            data["task"] = {key: value for key, value in data["task"].items() if key in used}
+            content["task"] = {key: value for key, value in content["task"].items() if key in used}
     except ConfigError:
         pass  # the saved file itself is broken: the checked load below says how
-    saved = config_from_dict(data, (), str(path), check=check_config)
+    saved = config_from_dict(content, (), str(path), check=lambda c: check_config(c, data=data))
     if not overrides:
         return saved
-    return config_from_dict(data, overrides, str(path), check=lambda c: check_unchanged(saved, check_config(c)))
+    return config_from_dict(content, overrides, str(path),
+                            check=lambda c: check_unchanged(saved, check_config(c, data=data)))  # fmt: skip
 
 
 FIXED_FOR_A_RUN = ("task", "model", "seed")  # what its weights, vocabulary and held-out set depend on
@@ -81,8 +82,10 @@ def _dotted(data: dict) -> dict:
             for key, value in (values.items() if isinstance(values, dict) else [(None, values)])}  # fmt: skip
 
 
-def check_config(config: Config) -> Config:
-    """Raise `ConfigProblem` (a `ConfigError`) if `config` does not fit its task; return it."""
+def check_config(config: Config, *, data: bool = True) -> Config:
+    """Raise `ConfigProblem` (a `ConfigError`) if `config` does not fit its task; return it.
+    `data=False` skips the task's own settings check (its file exists...): building a
+    model or reading a trained run's saved vocabulary needs no data."""
     task = _known_task(config.task.name)(config.task)
     arch = config.model.arch
     if arch not in task.archs:
@@ -93,7 +96,8 @@ def check_config(config: Config) -> Config:
     framing = get_framing(task, arch)
     _check_task_keys(config, task, framing)
     _check_model_keys(config)
-    task.check()
+    if data:
+        task.check()
     longest = max(framing.model_lengths())
     if longest > config.model.max_len:
         raise ConfigProblem(

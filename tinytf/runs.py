@@ -70,8 +70,11 @@ def exclusive_training(run_dir: Path) -> Iterator[None]:
     """Hold the run's training lock while the block runs; a `UserError` naming the
     process that holds it if another one does. The lock is the OS's (flock on the
     folder): a killed trainer leaves no stale lock behind."""
-    import fcntl  # POSIX; tinytf's run folders are locked where the OS offers it
-
+    try:
+        import fcntl
+    except ImportError:  # not POSIX (Windows): train without the lock
+        yield
+        return
     descriptor = os.open(run_dir, os.O_RDONLY)
     try:
         try:
@@ -201,7 +204,7 @@ def load_task(run_dir: Path, config: Config) -> Task:
 def load_run(run_dir: str | Path, which: str = "best", device: str | torch.device = "cpu") -> LoadedRun:
     """A trained model from its run folder, with its task, framing and saved vocabulary."""
     run_dir = resolve_run(run_dir)
-    config = load_run_config(run_dir / CONFIG_FILE)
+    config = load_run_config(run_dir / CONFIG_FILE, data=False)  # the saved vocabulary is all it needs
     task = load_task(run_dir, config)
     path = checkpoint_path(run_dir, which)
     if not path.exists():

@@ -118,6 +118,7 @@ def train(
     TensorBoard events; `loggers` receive the same reports (e.g. a progress bar).
     """
     check_config(config)
+    resume = Path(resume) if resume is not None else None
     with contextlib.ExitStack() as lock:
         if resume is not None:
             # Locked before anything is read, so no other trainer writes meanwhile;
@@ -216,9 +217,9 @@ class Trainer:
             self.step = self.saved_step
         except TrainingDiverged as err:  # the weights are still finite: no update was applied
             diverged = err
-        except UserError:  # e.g. the disk is full: close the loggers quietly, then say so
+        except Exception:  # e.g. the disk is full: close the loggers quietly, then say so
             for logger in self.loggers:
-                with contextlib.suppress(OSError):
+                with contextlib.suppress(Exception):
                     logger.finish(self.step, {})
             raise
 
@@ -267,9 +268,10 @@ class Trainer:
             logits = step_model(**batch.model_inputs())
             loss = scored_loss(logits.float(), batch.labels)
         loss.backward()
-        grad_norm = None
-        if self.settings.grad_clip is not None:
-            grad_norm = nn.utils.clip_grad_norm_(self.model.parameters(), self.settings.grad_clip)
+        # The gradient norm, clipped to train.grad_clip when set; measured either way, so that
+        # a non-finite gradient is caught before it reaches the weights.
+        max_norm = self.settings.grad_clip if self.settings.grad_clip is not None else float("inf")
+        grad_norm = nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
         self._stop_if_diverged(loss, grad_norm)
         self.optimizer.step()
         self.scheduler.step()
@@ -344,6 +346,8 @@ class Trainer:
             if not all(isinstance(state["rng"].get(key), torch.Tensor) for key in ("torch", "data")):
                 return "'rng' should hold the tensors 'torch' and 'data'"
             best, best_score = state["best"], state["best_score"]
+            if best_score is not None and not isinstance(best_score, list | tuple):
+                return "'best_score' should be None or two numbers"
             numbers = [*best.values(), *(best_score or [])]
             if not all(isinstance(value, int | float) and not isinstance(value, bool) for value in numbers):
                 return "'best' and 'best_score' should hold numbers"

@@ -29,7 +29,7 @@ def build_model(config: Config | Mapping[str, Any], vocab_size: int | None = Non
                         f"not {type(config).__name__}")  # fmt: skip
     if not isinstance(config, Config):
         config = config_from_dict(config)
-    check_config(config)
+    check_config(config, data=False)  # a model needs no data: a text task's file may be gone
     if vocab_size is None:
         vocab_size = len(get_task(config.task).vocab)
     return Transformer(config.model, vocab_size)
