@@ -4,6 +4,7 @@ damaged weights are refused, a resumed run's metrics hold each point once."""
 
 import hashlib
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -360,3 +361,25 @@ def test_a_hand_edited_best_score_is_one_line_on_resume(run, tmp_path):
     state.pop("format")
     save_checkpoint({**state, "best_score": 5}, checkpoint_path(copy, "last"))  # a valid checksum
     assert_user_error(invoke("train", "--resume", copy, "--set", "train.steps=14"), "best_score")
+
+
+class CtrlCAt(NullLogger):
+    """Presses Ctrl-C (a real SIGINT to this process) when step `at` is done."""
+
+    def __init__(self, at):
+        self.at = at
+
+    def step(self, step):
+        if step == self.at:
+            os.kill(os.getpid(), signal.SIGINT)
+
+
+def test_a_resumed_run_logs_the_same_training_averages_as_an_uninterrupted_one(tmp_path):
+    # Logging every 4 steps, Ctrl-C after step 5: the averaging window 5..8 spans the interruption.
+    config = tiny_config(log={"every": 4})
+    whole = train(config, runs_dir=tmp_path / "whole")
+    stopped = train(config, runs_dir=tmp_path / "cut", loggers=[CtrlCAt(5)])
+    assert stopped.interrupted and stopped.step == 5
+    train(config, resume=stopped.run_dir)
+    rows = [(r["step"], r["split"], r["loss"]) for r in read_metrics(stopped.run_dir)]
+    assert rows == [(r["step"], r["split"], r["loss"]) for r in read_metrics(whole.run_dir)]

@@ -199,13 +199,14 @@ class Trainer:
         self.best_score: list[float] | None = None  # (seq_acc, -loss) of checkpoints/best.pt
         self.best: dict[str, float] = {}
         self.final: dict[str, float] = {}
+        self.window = _ThroughputWindow(self.device)  # the training loss since the last log
 
     def run(self) -> TrainResult:
         start_step = self.step
         for logger in self.loggers:
             logger.start(self.run_dir, start_step)
         step_model = torch.compile(self.model) if self.settings.compile else self.model
-        window = _ThroughputWindow(self.device)
+        window = self.window
         interrupted, diverged = False, None
         self.model.train()
         try:
@@ -323,6 +324,8 @@ class Trainer:
             "step": self.step, "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
             "scheduler": self.scheduler.state_dict(), "best_score": self.best_score, "best": self.best,
             "rng": {"torch": torch.get_rng_state(), "data": self.data.state_dict()["generator"]},
+            # the loss summed since the last log, so a resumed run logs the same averages
+            "window": {"loss_sum": self.window.loss_sum.item(), "steps": self.window.steps},
         }  # fmt: skip
 
     def load_state_dict(self, state: dict) -> None:
@@ -384,6 +387,14 @@ class Trainer:
                                       f"{first_line(err)}") from None  # fmt: skip
         self.step, self.best_score, self.best = state["step"], state["best_score"], dict(state["best"])
         self.saved_step = self.step
+        window = state.get("window")  # absent in checkpoints written before it was kept
+        if (
+            isinstance(window, dict)
+            and isinstance(window.get("loss_sum"), float)
+            and isinstance(window.get("steps"), int)
+        ):
+            self.window.loss_sum.fill_(window["loss_sum"])
+            self.window.steps = window["steps"]
 
     def _checkpoint(self, which: str) -> None:
         if self.run_dir is None:
