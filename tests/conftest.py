@@ -7,6 +7,7 @@ this folder on sys.path, since tests/ is not a package.
 
 import json
 import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,7 @@ from typer.testing import CliRunner
 
 from tinytf.cli import app
 from tinytf.config import config_from_dict
+from tinytf.loggers import NullLogger
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = sorted((ROOT / "configs").glob("*.yaml"))
@@ -35,6 +37,17 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(threads)
+
+
+class CtrlCAt(NullLogger):
+    """Presses Ctrl-C (a real SIGINT to this process) when training finishes step `at`."""
+
+    def __init__(self, at):
+        self.at = at
+
+    def step(self, step):
+        if step == self.at:
+            os.kill(os.getpid(), signal.SIGINT)
 
 
 def tiny_data(seed=0, **sections):

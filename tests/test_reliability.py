@@ -12,7 +12,16 @@ import sys
 import pytest
 import torch
 import yaml
-from conftest import SUBPROCESS_ENV, assert_user_error, invoke, read_metrics, tiny_config, tiny_data, write_config
+from conftest import (
+    SUBPROCESS_ENV,
+    CtrlCAt,
+    assert_user_error,
+    invoke,
+    read_metrics,
+    tiny_config,
+    tiny_data,
+    write_config,
+)
 
 from tinytf.checkpoint import load_checkpoint
 from tinytf.data import TaskData
@@ -285,7 +294,6 @@ def test_a_run_name_cannot_leave_the_runs_folder(tmp_path, name):
 
 
 def test_a_text_task_refuses_a_file_that_never_ends(tmp_path):
-    import os
 
     fifo = tmp_path / "pipe"
     os.mkfifo(fifo)
@@ -361,17 +369,6 @@ def test_a_hand_edited_best_score_is_one_line_on_resume(run, tmp_path):
     state.pop("format")
     save_checkpoint({**state, "best_score": 5}, checkpoint_path(copy, "last"))  # a valid checksum
     assert_user_error(invoke("train", "--resume", copy, "--set", "train.steps=14"), "best_score")
-
-
-class CtrlCAt(NullLogger):
-    """Presses Ctrl-C (a real SIGINT to this process) when step `at` is done."""
-
-    def __init__(self, at):
-        self.at = at
-
-    def step(self, step):
-        if step == self.at:
-            os.kill(os.getpid(), signal.SIGINT)
 
 
 def test_a_resumed_run_logs_the_same_training_averages_as_an_uninterrupted_one(tmp_path):

@@ -3,33 +3,21 @@
 import itertools
 import os
 import pickle
-import signal
 
 import pytest
 import torch
-from conftest import read_metrics, tiny_config
+from conftest import CtrlCAt, read_metrics, tiny_config
 
 from tinytf.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from tinytf.config import config_from_dict
 from tinytf.data import TaskData
 from tinytf.errors import UserError
 from tinytf.framing import get_framing
-from tinytf.loggers import NullLogger, RecordingLogger
+from tinytf.loggers import RecordingLogger
 from tinytf.model import build_model
 from tinytf.runs import checkpoint_path, create_run_dir, load_run, newest_run
 from tinytf.tasks import get_task
 from tinytf.training import Trainer, learning_rate_factor, make_optimizer, select_device, train
-
-
-class SigintAt(NullLogger):
-    """Sends this process a real Ctrl-C when training finishes step `at`."""
-
-    def __init__(self, at):
-        self.at = at
-
-    def step(self, step):
-        if step == self.at:
-            os.kill(os.getpid(), signal.SIGINT)
 
 
 def final_weights(run_dir):
@@ -105,7 +93,7 @@ def test_ctrl_c_then_resume_ends_with_the_same_weights(tmp_path):
     config = tiny_config()
     uninterrupted = train(config, runs_dir=tmp_path / "a")
 
-    stopped = train(config, runs_dir=tmp_path / "b", loggers=[SigintAt(5)])
+    stopped = train(config, runs_dir=tmp_path / "b", loggers=[CtrlCAt(5)])
     assert stopped.interrupted and stopped.step == 5
     assert load_checkpoint(checkpoint_path(stopped.run_dir, "last"))["step"] == 5
     resumed = train(config, resume=stopped.run_dir)
