@@ -79,6 +79,14 @@ def write_config(folder, data, name="tiny.yaml"):
     return path
 
 
+def train_tiny_run(folder, **sections):
+    """Train `tiny_data(**sections)` through the CLI into `folder`/runs; returns the run folder."""
+    result = invoke("train", write_config(folder, tiny_data(**sections)), "--runs-dir", Path(folder) / "runs")
+    assert result.exit_code == 0, result.output
+    (run_dir,) = (Path(folder) / "runs").iterdir()
+    return run_dir
+
+
 def read_metrics(run_dir):
     """A run's metrics.jsonl as a list of dicts, in the order they were logged."""
     return [json.loads(line) for line in (Path(run_dir) / "metrics.jsonl").read_text().splitlines()]

@@ -13,7 +13,7 @@ import sys
 
 import pytest
 import torch
-from conftest import ROOT, SUBPROCESS_ENV, assert_user_error, invoke, tiny_data, write_config
+from conftest import ROOT, SUBPROCESS_ENV, assert_user_error, invoke, tiny_data, train_tiny_run, write_config
 
 from tinytf.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from tinytf.runs import checkpoint_path
@@ -25,11 +25,7 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     """A tiny finished run (12 steps), trained once; tests tamper with copies of it."""
-    folder = tmp_path_factory.mktemp("hostile")
-    result = invoke("train", write_config(folder, tiny_data()), "--runs-dir", folder / "runs")
-    assert result.exit_code == 0, result.output
-    (run_dir,) = (folder / "runs").iterdir()
-    return run_dir
+    return train_tiny_run(tmp_path_factory.mktemp("hostile"))
 
 
 def snapshot(run_dir):

@@ -16,7 +16,7 @@ from datetime import timedelta
 
 import pytest
 import yaml
-from conftest import ROOT, invoke, tiny_data, write_config
+from conftest import ROOT, invoke, train_tiny_run
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
@@ -290,11 +290,7 @@ def test_any_set_is_a_config_or_one_error_line(sets):
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     """A tiny finished run (sort on "0".."4", a 1-layer decoder), trained once."""
-    folder = tmp_path_factory.mktemp("typed")
-    result = invoke("train", write_config(folder, tiny_data()), "--runs-dir", folder / "runs")
-    assert result.exit_code == 0, result.output
-    (run_dir,) = (folder / "runs").iterdir()
-    return run_dir
+    return train_tiny_run(tmp_path_factory.mktemp("typed"))
 
 
 symbols = st.sampled_from("01234")  # the run's input tokens

@@ -121,6 +121,19 @@ def test_a_killed_trainer_leaves_no_lock_behind(run, tmp_path):
 # ---- 3. divergence is an error, not a success
 
 
+def trainer_with(tmp_path, make_logger, **train_keys):
+    """A Trainer of the tiny config, built from its parts, with the logger `make_logger(model)`;
+    returns it, its model and its run folder (checkpoints go there)."""
+    config = tiny_config(train=train_keys)
+    task = get_task(config.task)
+    model = build_model(config)
+    run_dir = tmp_path / "run"
+    (run_dir / "checkpoints").mkdir(parents=True)
+    trainer = Trainer(model, get_framing(task, "decoder"), TaskData(task, 0, 40), config.train, config.log,
+                      [make_logger(model)], run_dir=run_dir)  # fmt: skip
+    return trainer, model, run_dir
+
+
 class PoisonAt(NullLogger):
     """Makes the weights non-finite once step `at` is done (as a blown-up update would)."""
 
@@ -134,13 +147,8 @@ class PoisonAt(NullLogger):
 
 
 def test_divergence_stops_keeps_the_last_finite_checkpoint_and_says_what_to_do(tmp_path):
-    config = tiny_config(train={"checkpoint_every": 4, "eval_every": 4, "steps": 12})
-    task = get_task(config.task)
-    model = build_model(config)
-    run_dir = tmp_path / "run"
-    (run_dir / "checkpoints").mkdir(parents=True)
-    trainer = Trainer(model, get_framing(task, "decoder"), TaskData(task, 0, 40), config.train, config.log,
-                      [PoisonAt(model, at=5)], run_dir=run_dir)  # fmt: skip
+    trainer, _, run_dir = trainer_with(tmp_path, lambda model: PoisonAt(model, at=5),
+                                       checkpoint_every=4, eval_every=4, steps=12)  # fmt: skip
     with pytest.raises(TrainingDiverged) as caught:
         trainer.run()
     message = str(caught.value)
@@ -348,13 +356,8 @@ class InfiniteGradientAt(NullLogger):
 
 
 def test_a_non_finite_gradient_without_clipping_never_reaches_the_weights(tmp_path):
-    config = tiny_config(train={"grad_clip": None, "checkpoint_every": 2, "eval_every": 2, "steps": 12})
-    task = get_task(config.task)
-    model = build_model(config)
-    run_dir = tmp_path / "run"
-    (run_dir / "checkpoints").mkdir(parents=True)
-    trainer = Trainer(model, get_framing(task, "decoder"), TaskData(task, 0, 40), config.train, config.log,
-                      [InfiniteGradientAt(model, at=3)], run_dir=run_dir)  # fmt: skip
+    trainer, model, _ = trainer_with(tmp_path, lambda model: InfiniteGradientAt(model, at=3),
+                                     grad_clip=None, checkpoint_every=2, eval_every=2, steps=12)  # fmt: skip
     with pytest.raises(TrainingDiverged, match="training diverged at step 3"):
         trainer.run()
     assert all(torch.isfinite(p).all() for p in model.parameters())

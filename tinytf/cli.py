@@ -352,27 +352,23 @@ def predict(
     lines = [text] if file is None else input_lines(file)
     loaded = load_chosen_run(run, runs_dir, checkpoint)
     numbered = list(enumerate(lines, start=1))
+    labels = None
     if file is not None:
         # A line without tokens (blank) gets an empty answer, without the model: one output
-        # line per input line, so the output lines up with the file.
+        # line per input line, so the output lines up with the file; errors name file lines.
         numbered = [(number, line) for number, line in numbered if loaded.vocab.tokenize(line)]
         if not numbered:
             raise UserError(f"{file}: no inputs (one per line)")
-        for number, line in numbered:  # checked here to name the file's line, not the n-th input
-            try:
-                loaded.framing.typed_input(line, loaded.model.config.max_len)
-            except UserError as err:
-                raise UserError(f"{file}: line {number}: {err}") from None
-    max_len = loaded.model.config.max_len
-    notes = [(number, note) for number, line in numbered
-             if (note := loaded.framing.length_note(loaded.framing.typed_input(line, max_len)))]  # fmt: skip
+        labels = [f"{file}: line {number}" for number, _ in numbered]
+    answered = predict_answers(loaded.model, loaded.framing, [line for _, line in numbered], labels)
+    notes = [(number, note) for (number, _), (source, _) in zip(numbered, answered, strict=True)
+             if (note := loaded.framing.length_note(loaded.vocab.encode(source)))]  # fmt: skip
     if notes:  # one line, however many inputs: the first, and how many more
         number, note = notes[0]
         where = f"{file}: line {number}: " if file is not None else ""
         others = len(notes) - 1
         more = f" (and {others} more line{'s' * (others > 1)})" if others else ""
         typer.echo(f"note: {where}{note}{more}", err=True)
-    answered = predict_answers(loaded.model, loaded.framing, [line for _, line in numbered]) if numbered else []
     answers = dict(zip([number for number, _ in numbered], answered, strict=True))
     for number in range(1, len(lines) + 1):
         source, answer = answers.get(number, ([], []))

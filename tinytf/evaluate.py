@@ -77,15 +77,21 @@ def evaluate(model: nn.Module, framing: Framing, pairs: Pairs, batch_size: int =
     return {"loss": loss_sum / max(total.scored, 1), **total.rates()}
 
 
-def predict(model: nn.Module, framing: Framing, texts: list[str]) -> list[tuple[list[str], list[str]]]:
+def predict(
+    model: nn.Module, framing: Framing, texts: list[str], labels: list[str] | None = None
+) -> list[tuple[list[str], list[str]]]:
     """Typed inputs -> (input tokens, the model's answer tokens), answered in batches.
-    A language model continues the text (until <eos>, up to LM_CONTINUATION tokens)."""
+    A language model continues the text (until <eos>, up to LM_CONTINUATION tokens).
+    Every input is checked before any is answered; an error names it by its label
+    (default "input N" when there are several; `predict --file` passes "FILE: line N")."""
+    if labels is None:
+        labels = [f"input {number}" for number in range(1, len(texts) + 1)] if len(texts) > 1 else [""] * len(texts)
     sources = []
-    for line_number, text in enumerate(texts, start=1):
+    for label, text in zip(labels, texts, strict=True):
         try:
             sources.append(framing.typed_input(text, model.config.max_len))
         except UserError as err:
-            raise UserError(f"input {line_number}: {err}" if len(texts) > 1 else str(err)) from None
+            raise UserError(f"{label}: {err}" if label else str(err)) from None
     answers = framing.answer_typed(model, sources)
     vocab = framing.vocab
     return [(vocab.decode(source), vocab.decode(answer)) for source, answer in zip(sources, answers, strict=True)]

@@ -102,8 +102,9 @@ def tidy_for_resume(run_dir: Path, step: int) -> None:
         temporary.unlink(missing_ok=True)
     metrics = run_dir / METRICS_FILE
     if metrics.is_file():
-        kept = [line for line in metrics.read_text(encoding="utf-8").splitlines(keepends=True)
-                if line.endswith("\n") and _step_of(line) is not None and _step_of(line) <= step]  # fmt: skip
+        lines = metrics.read_text(encoding="utf-8").splitlines(keepends=True)
+        kept = [line for line in lines
+                if line.endswith("\n") and (logged := _step_of(line)) is not None and logged <= step]  # fmt: skip
         write_text_atomically(metrics, "".join(kept))
 
 

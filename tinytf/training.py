@@ -419,8 +419,8 @@ class _Interrupted(Exception):
 
 
 class _ThroughputWindow:
-    """Training metrics averaged over the steps since the last log. The loss sum stays on
-    the device until it is logged, so a step never waits for it."""
+    """Training metrics averaged over the steps since the last log. The loss is summed on
+    the device; it is read back when logged (and kept in checkpoints)."""
 
     def __init__(self, device: torch.device) -> None:
         self.loss_sum = torch.zeros((), device=device)

@@ -212,7 +212,7 @@ def check_ids(ids: torch.Tensor, vocab_size: int, name: str) -> None:
     if ids.dim() != 2 or ids.numel() == 0:
         raise ValueError(f"`{name}` must hold token ids as (batch, length), neither of them 0; "
                          f"its shape is {tuple(ids.shape)}")  # fmt: skip
-    low, high = int(ids.min()), int(ids.max())  # one pass each, no per-element Python
+    low, high = torch.stack(torch.aminmax(ids)).tolist()  # one pass, one read back (a sync on CUDA)
     if low < 0 or high >= vocab_size:
         raise ValueError(f"`{name}` holds ids from {low} to {high}; this model's vocabulary has ids 0 to "
                          f"{vocab_size - 1} (vocab_size={vocab_size})")  # fmt: skip
