@@ -125,7 +125,9 @@ class ModelConfig(Section):
     # unset means `n_layers`.
     n_encoder_layers: PositiveInt | None = Field(None, le=MAX_LAYERS)
     n_decoder_layers: PositiveInt | None = Field(None, le=MAX_LAYERS)
-    d_ff: PositiveInt = Field(512, le=4 * MAX_D_MODEL)  # the usual 4 x d_model, at the widest d_model
+    # Feed-forward width: the usual 4 x d_model, at most at the widest d_model. 0 removes the
+    # feed-forward sublayer: an attention-only model, as in interpretability studies.
+    d_ff: NonNegativeInt = Field(512, le=4 * MAX_D_MODEL)
     dropout: Annotated[float, Field(ge=0.0, lt=1.0)] = 0.0
     activation: Literal["relu", "gelu"] = "gelu"
     # LayerNorm placement: "post" is the original Transformer (x = LN(x + f(x))),

@@ -14,7 +14,8 @@ Shape legend (used in every comment below):
 `attention` writes the first formula out step by step. It takes the same arguments as
 `torch.nn.functional.scaled_dot_product_attention` (PyTorch's fused kernel), with the
 same meaning, and also returns the attention weights. `MultiHeadAttention` calls the
-fused kernel, unless asked to `return_attention`, then it calls `attention`.
+fused kernel, unless the weights are asked for (`return_attention`, or a probe that
+wants its pattern: see hooks.py), then it calls `attention`.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from tinytf.model.hooks import Probe
 from tinytf.model.masks import bias_from_allowed, causal_allowed
 from tinytf.model.positional import RotaryPositions
 
@@ -110,10 +112,13 @@ class MultiHeadAttention(nn.Module):
     W_K, W_V rows to the context.
     """
 
-    def __init__(self, d_model: int, n_heads: int, dropout: float = 0.0, bias: bool = True) -> None:
+    def __init__(
+        self, d_model: int, n_heads: int, dropout: float = 0.0, bias: bool = True, name: str = "attention"
+    ) -> None:
         super().__init__()
         if d_model % n_heads:
             raise ValueError(f"d_model={d_model} must be divisible by n_heads={n_heads}")
+        self.name = name  # where its activations are found, e.g. "decoder.1.cross" (see hooks.py)
         self.n_heads = n_heads
         self.head_dim = d_model // n_heads
         self.dropout = dropout
@@ -130,6 +135,7 @@ class MultiHeadAttention(nn.Module):
         rope: RotaryPositions | None = None,
         return_attention: bool = False,
         cache: KeyValueCache | None = None,
+        probe: Probe | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """x: (B, T_q, D) queries; context: (B, T_k, D) keys/values, or None for self-attention.
 
@@ -139,6 +145,8 @@ class MultiHeadAttention(nn.Module):
         weights (B, H, T_q, T_k); otherwise None, and PyTorch's fused kernel is used.
         With a `cache`, self-attention appends this call's keys and values to it (x holds
         only the new positions) and cross-attention computes the context's once.
+        A `probe` sees (and its hooks may replace) q, k, v, pattern and z, named
+        "<self.name>.q" and so on.
         """
         if is_causal and attn_bias is not None:
             raise ValueError("pass either is_causal or an attn_bias that already holds the causal mask, not both")
@@ -164,17 +172,26 @@ class MultiHeadAttention(nn.Module):
             if q.size(2) > 1:
                 attn_bias = bias_from_allowed(causal_allowed(q.size(2), k.size(2), q.device), q.dtype)  # (T_q, T_k)
         dropout = self.dropout if self.training else 0.0
+        if probe is not None:
+            q, k, v = (probe(f"{self.name}.{part}", t) for part, t in (("q", q), ("k", k), ("v", v)))
 
-        if return_attention:
+        if return_attention or (probe is not None and probe.wants(f"{self.name}.pattern")):
             heads, weights = attention(q, k, v, attn_mask=attn_bias, dropout_p=dropout, is_causal=is_causal)
+            if probe is not None:
+                hooked = probe(f"{self.name}.pattern", weights)
+                if hooked is not weights:  # a hook replaced the weights: the heads read the new ones
+                    weights = hooked
+                    heads = F.dropout(weights, p=dropout) @ v  # (B, H, T_q, T_k) @ (B, H, T_k, D_h)
         else:
             # Same math and same arguments, fused: never materialises the (T_q, T_k) weights.
             heads = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_bias, dropout_p=dropout, is_causal=is_causal)
             weights = None
+        if probe is not None:
+            heads = probe(f"{self.name}.z", heads)
         # heads: (B, H, T_q, D_h); weights: (B, H, T_q, T_k) or None
         batch, _, query_len, _ = heads.shape
         concat = heads.transpose(1, 2).reshape(batch, query_len, -1)  # (B, H, T_q, D_h) -> (B, T_q, H*D_h = D)
-        return self.out_proj(concat), weights  # (B, T_q, D)
+        return self.out_proj(concat), (weights if return_attention else None)  # (B, T_q, D)
 
     def _project(
         self, x: torch.Tensor, context: torch.Tensor | None, queries_only: bool = False

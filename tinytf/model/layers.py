@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from tinytf.model.attention import KeyValueCache, MultiHeadAttention
+from tinytf.model.hooks import Probe, probe_at
 from tinytf.model.positional import RotaryPositions
 
 ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu}
@@ -68,8 +69,11 @@ class LayerCache:
 
 
 class TransformerLayer(nn.Module):
-    """Self-attention, then (if `cross_attention`) attention over a context, then the FFN;
-    each wrapped in a residual connection with LayerNorm."""
+    """Self-attention, then (if `cross_attention`) attention over a context, then the FFN
+    (unless d_ff is 0); each wrapped in a residual connection with LayerNorm.
+
+    `name` ("decoder.1") prefixes the names of its activations (see hooks.py).
+    """
 
     def __init__(
         self,
@@ -80,14 +84,29 @@ class TransformerLayer(nn.Module):
         activation: str,
         norm: str,
         cross_attention: bool,
+        name: str = "layer",
     ) -> None:
         super().__init__()
-        self.self_attn = MultiHeadAttention(d_model, n_heads, dropout)
+        self.name = name
+        self.self_attn = MultiHeadAttention(d_model, n_heads, dropout, name=f"{name}.self")
         self.self_attn_residual = Residual(d_model, norm, dropout)
-        self.cross_attn = MultiHeadAttention(d_model, n_heads, dropout) if cross_attention else None
-        self.cross_attn_residual = Residual(d_model, norm, dropout) if cross_attention else None
-        self.ffn = FeedForward(d_model, d_ff, activation, dropout)
-        self.ffn_residual = Residual(d_model, norm, dropout)
+        self.cross_attn, self.cross_attn_residual = None, None
+        if cross_attention:
+            self.cross_attn = MultiHeadAttention(d_model, n_heads, dropout, name=f"{name}.cross")
+            self.cross_attn_residual = Residual(d_model, norm, dropout)
+        # d_ff = 0: an attention-only layer (no feed-forward sublayer at all)
+        self.ffn = FeedForward(d_model, d_ff, activation, dropout) if d_ff > 0 else None
+        self.ffn_residual = Residual(d_model, norm, dropout) if d_ff > 0 else None
+
+    def hook_names(self) -> list[str]:
+        """The names of this layer's activations, in the order they are computed."""
+        names = [f"{self.name}.resid_pre", *_attention_names(self.self_attn), f"{self.name}.attn_out",
+                 f"{self.name}.resid_mid"]  # fmt: skip
+        if self.cross_attn is not None:
+            names += [*_attention_names(self.cross_attn), f"{self.name}.cross_attn_out", f"{self.name}.resid_mid_cross"]
+        if self.ffn is not None:
+            names.append(f"{self.name}.mlp_out")
+        return [*names, f"{self.name}.resid_post"]
 
     def forward(
         self,
@@ -98,25 +117,24 @@ class TransformerLayer(nn.Module):
         context_bias: torch.Tensor | None = None,
         *,
         rope: RotaryPositions | None = None,
-        return_attention: bool = False,
         cache: LayerCache | None = None,
-    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        probe: Probe | None = None,
+    ) -> torch.Tensor:
         """x: (B, T_q, D); context: (B, T_k, D) encoder output for cross-attention.
 
         self_bias (B, 1, T_q, T_q) / context_bias (B, 1, T_q, T_k): additive float biases
         (see masks.attention_bias), or None. causal: hide the future in self-attention.
-        Returns x (B, T_q, D) and, if `return_attention`, {"self": (B, H, T_q, T_q),
-        "cross": (B, H, T_q, T_k)} -- the weights of each attention in this layer.
+        Returns x (B, T_q, D). A `probe` sees the activations named in `hook_names`.
         """
-        weights: dict[str, torch.Tensor] = {}
         self_cache, cross_cache = (cache.self_attn, cache.cross_attn) if cache is not None else (None, None)
+        x = probe_at(probe, f"{self.name}.resid_pre", x)
 
         h = self.self_attn_residual.sublayer_input(x)
-        attended, weights["self"] = self.self_attn(
-            h, attn_bias=self_bias, is_causal=causal and self_bias is None, rope=rope,
-            return_attention=return_attention, cache=self_cache,
-        )  # fmt: skip
-        x = self.self_attn_residual.add(x, attended)
+        attended, _ = self.self_attn(
+            h, attn_bias=self_bias, is_causal=causal and self_bias is None, rope=rope, cache=self_cache, probe=probe
+        )
+        attended = probe_at(probe, f"{self.name}.attn_out", attended)
+        x = probe_at(probe, f"{self.name}.resid_mid", self.self_attn_residual.add(x, attended))
 
         if self.cross_attn is not None:
             if context is None:
@@ -124,18 +142,20 @@ class TransformerLayer(nn.Module):
             h = self.cross_attn_residual.sublayer_input(x)
             # Queries from the decoder, keys and values from the encoder; no rotation:
             # positions in two different sequences are not comparable.
-            attended, weights["cross"] = self.cross_attn(
-                h, context, attn_bias=context_bias, return_attention=return_attention, cache=cross_cache
-            )
-            x = self.cross_attn_residual.add(x, attended)
+            attended, _ = self.cross_attn(h, context, attn_bias=context_bias, cache=cross_cache, probe=probe)
+            attended = probe_at(probe, f"{self.name}.cross_attn_out", attended)
+            x = probe_at(probe, f"{self.name}.resid_mid_cross", self.cross_attn_residual.add(x, attended))
 
-        x = self.ffn_residual.add(x, self.ffn(self.ffn_residual.sublayer_input(x)))
-        return x, (weights if return_attention else {})
+        if self.ffn is not None:
+            transformed = probe_at(probe, f"{self.name}.mlp_out", self.ffn(self.ffn_residual.sublayer_input(x)))
+            x = self.ffn_residual.add(x, transformed)
+        return probe_at(probe, f"{self.name}.resid_post", x)
 
 
 class TransformerStack(nn.Module):
     """`n_layers` identical layers; bidirectional (encoder) or causal (decoder), with or
-    without cross-attention. Pre-norm stacks end with a final LayerNorm."""
+    without cross-attention. Pre-norm stacks end with a final LayerNorm.
+    `name` ("encoder" or "decoder") prefixes its layers' names: "decoder.0", ..."""
 
     def __init__(
         self,
@@ -148,12 +168,13 @@ class TransformerStack(nn.Module):
         norm: str,
         causal: bool,
         cross_attention: bool,
+        name: str = "stack",
     ) -> None:
         super().__init__()
         self.causal = causal
         self.layers = nn.ModuleList(
-            TransformerLayer(d_model, n_heads, d_ff, dropout, activation, norm, cross_attention)
-            for _ in range(n_layers)
+            TransformerLayer(d_model, n_heads, d_ff, dropout, activation, norm, cross_attention, name=f"{name}.{index}")
+            for index in range(n_layers)
         )
         # Pre-norm leaves the residual stream un-normalised; post-norm already ends in LN.
         self.final_norm = nn.LayerNorm(d_model) if norm == "pre" else nn.Identity()
@@ -166,17 +187,16 @@ class TransformerStack(nn.Module):
         context_bias: torch.Tensor | None = None,
         *,
         rope: RotaryPositions | None = None,
-        return_attention: bool = False,
         cache: list[LayerCache] | None = None,
-    ) -> tuple[torch.Tensor, list[dict[str, torch.Tensor]]]:
-        """x: (B, T, D) -> (B, T, D), plus each layer's attention weights (see TransformerLayer).
-        With a `cache` (one LayerCache per layer), x holds only the positions not yet cached."""
-        per_layer = []
+        probe: Probe | None = None,
+    ) -> torch.Tensor:
+        """x: (B, T, D) -> (B, T, D). With a `cache` (one LayerCache per layer), x holds
+        only the positions not yet cached."""
         for index, layer in enumerate(self.layers):
             layer_cache = cache[index] if cache is not None else None
-            x, weights = layer(
-                x, self_bias, self.causal, context, context_bias,
-                rope=rope, return_attention=return_attention, cache=layer_cache,
-            )  # fmt: skip
-            per_layer.append(weights)
-        return self.final_norm(x), per_layer
+            x = layer(x, self_bias, self.causal, context, context_bias, rope=rope, cache=layer_cache, probe=probe)
+        return self.final_norm(x)
+
+
+def _attention_names(attention: MultiHeadAttention) -> list[str]:
+    return [f"{attention.name}.{part}" for part in ("q", "k", "v", "pattern", "z")]

@@ -31,6 +31,13 @@ Attention weights are returned, never stored on modules:
 
 Names are "<stack>.<layer>.<kind>": stack is "encoder" or "decoder", kind is "self" or
 "cross" (decoder layers of an encoder-decoder, queries from T and keys from S).
+`return_attention=True` is a shortcut for the activation cache, which holds every named
+value (the residual stream, queries, keys, per-head outputs...; see hooks.py); hooks
+replace values on the way (head ablation is a hook on "<name>.z"):
+
+    logits, cache = model.run_with_cache(tokens, names=["decoder.0.self.pattern", "decoder.0.resid_post"])
+    logits = model.run_with_hooks(tokens, hooks={"decoder.0.self.z": zero_head_1})
+    model.hook_names()  # every name this model has
 
 Generation runs the two halves separately, with a key/value cache for the decoder:
 
@@ -48,6 +55,7 @@ import torch
 from torch import nn
 
 from tinytf.config import ModelConfig
+from tinytf.model.hooks import Hook, Names, Probe, probe_at
 from tinytf.model.layers import LayerCache, TransformerStack
 from tinytf.model.masks import attention_bias
 from tinytf.model.positional import POSITIONAL_ENCODINGS, RotaryPositions
@@ -71,10 +79,10 @@ class Transformer(nn.Module):
         self.positions = POSITIONAL_ENCODINGS[config.positional](config.max_len, d_model, config.head_dim)
         self.embedding_dropout = nn.Dropout(config.dropout)
 
-        def stack(n_layers: int, causal: bool, cross_attention: bool) -> TransformerStack:
+        def stack(n_layers: int, causal: bool, cross_attention: bool, name: str) -> TransformerStack:
             return TransformerStack(
                 n_layers, d_model, config.n_heads, config.d_ff, config.dropout,
-                config.activation, config.norm, causal, cross_attention,
+                config.activation, config.norm, causal, cross_attention, name=name,
             )  # fmt: skip
 
         has_encoder = config.arch in ("encoder", "encoder-decoder")
@@ -82,8 +90,11 @@ class Transformer(nn.Module):
         # An encoder-decoder may give each stack its own depth; unset means n_layers.
         n_encoder_layers = config.n_encoder_layers or config.n_layers
         n_decoder_layers = config.n_decoder_layers or config.n_layers
-        self.encoder = stack(n_encoder_layers, causal=False, cross_attention=False) if has_encoder else None
-        self.decoder = stack(n_decoder_layers, causal=True, cross_attention=has_encoder) if has_decoder else None
+        self.encoder, self.decoder = None, None
+        if has_encoder:
+            self.encoder = stack(n_encoder_layers, causal=False, cross_attention=False, name="encoder")
+        if has_decoder:
+            self.decoder = stack(n_decoder_layers, causal=True, cross_attention=has_encoder, name="decoder")
 
         self.lm_head = nn.Linear(d_model, vocab_size, bias=False)  # (B, T, D) -> (B, T, V)
         if config.tie_embeddings:
@@ -94,29 +105,42 @@ class Transformer(nn.Module):
     def rope(self) -> RotaryPositions | None:
         return self.positions if isinstance(self.positions, RotaryPositions) else None
 
-    def embed(self, tokens: torch.Tensor, start: int = 0, name: str = "tokens") -> torch.Tensor:
+    def embed(
+        self, tokens: torch.Tensor, start: int = 0, name: str = "tokens", probe: Probe | None = None
+    ) -> torch.Tensor:
         """Token ids (B, T) at positions start..start+T-1 -> embeddings with positions (B, T, D).
-        `name`: the argument that `tokens` came in as, for the error if they are not ids."""
+        `name`: the argument that `tokens` came in as, for the error if they are not ids; the
+        probe sees the result as "source_embed" for the source, else "embed"."""
         check_ids(tokens, self.vocab_size, name)
         end = start + tokens.size(1)
         if end > self.config.max_len:
             raise ValueError(f"sequence of length {end} is longer than model.max_len={self.config.max_len}")
         x = self.token_embedding(tokens) * math.sqrt(self.config.d_model)  # (B, T, D)
-        return self.embedding_dropout(self.positions(x, start))
+        x = probe_at(probe, "source_embed" if name == "source" else "embed", self.positions(x, start))
+        return self.embedding_dropout(x)
 
     def encode(
-        self, source: torch.Tensor, source_pad_mask: torch.Tensor | None = None, *, return_attention: bool = False
+        self,
+        source: torch.Tensor,
+        source_pad_mask: torch.Tensor | None = None,
+        *,
+        return_attention: bool = False,
+        probe: Probe | None = None,
     ) -> tuple[torch.Tensor, list[dict[str, torch.Tensor]]]:
         """Run the encoder stack: source ids (B, S) -> encoded source (B, S, D), and its weights.
 
-        source_pad_mask: (B, S) bool, True at PAD positions. The weights (one dict per
-        layer, see TransformerLayer) are empty unless `return_attention`.
+        source_pad_mask: (B, S) bool, True at PAD positions. The weights are one dict per
+        layer, {"self": (B, H, S, S)}, empty unless `return_attention`. A `probe`
+        (hooks.py) sees the encoder's named activations.
         """
         if self.encoder is None:
             raise ValueError(f"arch={self.config.arch} has no encoder")
-        x = self.embed(source, name="tokens" if self.decoder is None else "source")  # encoder-only: forward's `tokens`
+        probe = self._pattern_probe(probe, return_attention)
+        argument = "tokens" if self.decoder is None else "source"  # encoder-only: forward's `tokens`
+        x = self.embed(source, name=argument, probe=probe)  # (B, S, D)
         bias = attention_bias(source_pad_mask, source.size(1), causal=False)  # (B, 1, S, S) or None
-        return self.encoder(x, bias, rope=self.rope, return_attention=return_attention)
+        encoded = self.encoder(x, bias, rope=self.rope, probe=probe)
+        return encoded, _per_layer(self.encoder, probe if return_attention else None)
 
     def decode(
         self,
@@ -127,6 +151,7 @@ class Transformer(nn.Module):
         pad_mask: torch.Tensor | None = None,
         cache: list[LayerCache] | None = None,
         return_attention: bool = False,
+        probe: Probe | None = None,
     ) -> tuple[torch.Tensor, list[dict[str, torch.Tensor]]]:
         """Run the causal decoder stack: ids (B, T) -> logits (B, T, V), and its weights.
 
@@ -135,6 +160,8 @@ class Transformer(nn.Module):
         pad_mask: (B, T) bool, True at PAD positions of `tokens`.
         cache: from `new_cache()`; `tokens` then holds only the positions after those
         already cached, and the keys and values of all of them are kept for the next call.
+        The weights are one dict per layer, {"self": (B, H, T, T), "cross": (B, H, T, S)},
+        empty unless `return_attention`.
         """
         if self.decoder is None:
             raise ValueError(f"arch={self.config.arch} has no decoder")
@@ -144,8 +171,12 @@ class Transformer(nn.Module):
             raise ValueError(f"arch={self.config.arch} {needs} `context` (the encoded source)")
         if cache is not None and pad_mask is not None:
             raise ValueError("a cache holds unpadded prefixes: generate sequences of equal length together")
+        if cache is not None and (probe is not None or return_attention):
+            raise ValueError("a key/value cache holds the model's own keys and values: run the whole sequence "
+                             "without a cache to read or hook activations")  # fmt: skip
+        probe = self._pattern_probe(probe, return_attention)
         start = cache[0].self_attn.length if cache else 0
-        x = self.embed(tokens, start)  # (B, T, D)
+        x = self.embed(tokens, start, probe=probe)  # (B, T, D)
         if context is not None and context.size(0) != tokens.size(0):
             source_shape = tuple(context.shape[:2])  # (B, S) of the source that was encoded
             raise ValueError(f"the source {source_shape} and `tokens` {tuple(tokens.shape)} must hold the same "
@@ -153,9 +184,8 @@ class Transformer(nn.Module):
         self_bias = attention_bias(pad_mask, tokens.size(1), causal=True)  # (B, 1, T, T) or None
         # Every decoder query may look at every non-PAD source position.
         context_bias = attention_bias(source_pad_mask, tokens.size(1), causal=False)  # (B, 1, T, S) or None
-        hidden, weights = self.decoder(
-            x, self_bias, context, context_bias, rope=self.rope, return_attention=return_attention, cache=cache
-        )
+        hidden = self.decoder(x, self_bias, context, context_bias, rope=self.rope, cache=cache, probe=probe)
+        weights = _per_layer(self.decoder, probe if return_attention else None)
         return self.lm_head(hidden), weights  # (B, T, D) -> (B, T, V)
 
     def new_cache(self) -> list[LayerCache]:
@@ -177,29 +207,94 @@ class Transformer(nn.Module):
 
         pad_mask / source_pad_mask: (B, T) / (B, S) bool, True at PAD positions; those
         keys get zero attention weight. Returns logits (B, T, V), and with
-        `return_attention` also {name: weights (B, H, T_q, T_k)} for every attention.
+        `return_attention` also {name: weights (B, H, T_q, T_k)} for every attention
+        (the cached "<name>.pattern" values of `run_with_cache`, renamed).
         """
+        if not return_attention:
+            return self._run(tokens, source, pad_mask, source_pad_mask, probe=None)
+        logits, cache = self.run_with_cache(
+            tokens, source=source, pad_mask=pad_mask, source_pad_mask=source_pad_mask, names=_is_pattern
+        )
+        return logits, _patterns(cache)
+
+    def run_with_cache(
+        self,
+        tokens: torch.Tensor,
+        *,
+        source: torch.Tensor | None = None,
+        pad_mask: torch.Tensor | None = None,
+        source_pad_mask: torch.Tensor | None = None,
+        names: Names = None,
+        hooks: dict[str, Hook] | None = None,
+    ) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """As `forward`, and also returns the activations named in `names` (a list of names,
+        a predicate on names, or None for all of them), in computation order. `hooks`
+        ({name: fn}) replace values on the way, as in `run_with_hooks`; the cache holds
+        the replaced ones. Values keep their autograd history: call under
+        `torch.no_grad()` unless you want gradients through them. See hooks.py."""
+        probe = Probe(self.hook_names(), names, hooks)
+        logits = self._run(tokens, source, pad_mask, source_pad_mask, probe)
+        return logits, probe.cache
+
+    def run_with_hooks(
+        self,
+        tokens: torch.Tensor,
+        *,
+        source: torch.Tensor | None = None,
+        pad_mask: torch.Tensor | None = None,
+        source_pad_mask: torch.Tensor | None = None,
+        hooks: dict[str, Hook],
+    ) -> torch.Tensor:
+        """As `forward`, with `hooks` {name: fn} applied on the way: fn gets the value at
+        `name` and returns the value to use instead, of the same shape (or None to keep
+        it). E.g. ablate head 1 of decoder layer 0's self-attention:
+
+            def zero_head_1(z):  # (B, H, T, D_h)
+                z = z.clone(); z[:, 1] = 0; return z
+            logits = model.run_with_hooks(tokens, hooks={"decoder.0.self.z": zero_head_1})
+        """
+        probe = Probe(self.hook_names(), names=(), hooks=hooks)
+        return self._run(tokens, source, pad_mask, source_pad_mask, probe)
+
+    def hook_names(self) -> list[str]:
+        """The names of every activation a probe can read or replace, in computation order."""
+        names: list[str] = []
+        if self.encoder is not None:
+            names.append("embed" if self.decoder is None else "source_embed")
+            names += [name for layer in self.encoder.layers for name in layer.hook_names()]
+        if self.decoder is not None:
+            names.append("embed")
+            names += [name for layer in self.decoder.layers for name in layer.hook_names()]
+        return names
+
+    def _run(
+        self,
+        tokens: torch.Tensor,
+        source: torch.Tensor | None,
+        pad_mask: torch.Tensor | None,
+        source_pad_mask: torch.Tensor | None,
+        probe: Probe | None,
+    ) -> torch.Tensor:
+        """The forward pass: logits (B, T, V)."""
         is_seq2seq = self.config.arch == "encoder-decoder"
         if is_seq2seq != (source is not None):
             needs = "needs a" if is_seq2seq else "takes no"
             raise ValueError(f"arch={self.config.arch} {needs} `source` sequence")
-
-        attention: dict[str, torch.Tensor] = {}
         if self.decoder is None:  # encoder-only: a bidirectional stack over `tokens`
-            hidden, encoder_weights = self.encode(tokens, pad_mask, return_attention=return_attention)
-            attention.update(_name_weights("encoder", encoder_weights))
-            logits = self.lm_head(hidden)  # (B, T, D) -> (B, T, V)
-        else:
-            context = None
-            if is_seq2seq:
-                context, encoder_weights = self.encode(source, source_pad_mask, return_attention=return_attention)
-                attention.update(_name_weights("encoder", encoder_weights))
-            logits, decoder_weights = self.decode(
-                tokens, context=context, source_pad_mask=source_pad_mask, pad_mask=pad_mask,
-                return_attention=return_attention,
-            )  # fmt: skip
-            attention.update(_name_weights("decoder", decoder_weights))
-        return (logits, attention) if return_attention else logits
+            hidden, _ = self.encode(tokens, pad_mask, probe=probe)
+            return self.lm_head(hidden)  # (B, T, D) -> (B, T, V)
+        context = self.encode(source, source_pad_mask, probe=probe)[0] if is_seq2seq else None
+        logits, _ = self.decode(tokens, context=context, source_pad_mask=source_pad_mask, pad_mask=pad_mask,
+                                probe=probe)  # fmt: skip
+        return logits
+
+    def _pattern_probe(self, probe: Probe | None, return_attention: bool) -> Probe | None:
+        """encode/decode's `return_attention`: a probe that keeps the patterns."""
+        if not return_attention:
+            return probe
+        if probe is not None:
+            raise ValueError("pass either return_attention or a probe (that keeps the patterns), not both")
+        return Probe(self.hook_names(), names=_is_pattern)
 
 
 def check_ids(ids: torch.Tensor, vocab_size: int, name: str) -> None:
@@ -218,6 +313,17 @@ def check_ids(ids: torch.Tensor, vocab_size: int, name: str) -> None:
                          f"{vocab_size - 1} (vocab_size={vocab_size})")  # fmt: skip
 
 
-def _name_weights(stack: str, per_layer: list[dict[str, torch.Tensor]]) -> dict[str, torch.Tensor]:
-    """[{"self": w, "cross": w}, ...] -> {"decoder.0.self": w, "decoder.0.cross": w, ...}"""
-    return {f"{stack}.{index}.{kind}": w for index, weights in enumerate(per_layer) for kind, w in weights.items()}
+def _is_pattern(name: str) -> bool:
+    return name.endswith(".pattern")
+
+
+def _patterns(cache: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The attention weights among cached values, named "<stack>.<layer>.<kind>"."""
+    return {name.removesuffix(".pattern"): w for name, w in cache.items() if _is_pattern(name)}
+
+
+def _per_layer(stack: TransformerStack, probe: Probe | None) -> list[dict[str, torch.Tensor]]:
+    """A stack's weights kept by `probe`, one {"self": w, "cross": w} dict per layer ({} each without a probe)."""
+    weights = _patterns(probe.cache) if probe is not None else {}
+    return [{kind: weights[f"{layer.name}.{kind}"] for kind in ("self", "cross") if f"{layer.name}.{kind}" in weights}
+            for layer in stack.layers]  # fmt: skip
