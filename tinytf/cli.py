@@ -302,6 +302,11 @@ def check_out(out: Path, output_format: AttendFormat) -> None:
     if out.suffix and out.suffix.lower() != wanted:
         raise UserError(f"--out {out}: a {out.suffix} name for --format {output_format.value}; "
                         f"name the file *{wanted} (or give no suffix)")  # fmt: skip
+    check_writable_file(out, f"attention{wanted}")
+
+
+def check_writable_file(out: Path, example: str) -> None:
+    """A `UserError` unless --out is a new file or a regular one (not a folder, pipe or device)."""
     try:
         mode = out.stat().st_mode
     except FileNotFoundError:
@@ -309,7 +314,7 @@ def check_out(out: Path, output_format: AttendFormat) -> None:
     except OSError as err:
         raise UserError(f"--out {out}: cannot write ({err.strerror or err})") from None
     if stat.S_ISDIR(mode):
-        raise UserError(f"--out {out}: is a folder; name a file, e.g. {out / ('attention' + wanted)}")
+        raise UserError(f"--out {out}: is a folder; name a file, e.g. {out / example}")
     if not stat.S_ISREG(mode):
         raise UserError(f"--out {out}: not a regular file (a pipe or device); name a file")
 
@@ -321,6 +326,92 @@ def _fresh_path(path: Path) -> Path:
         number += 1
         candidate = path.with_name(f"{path.stem}-{number}{path.suffix}")
     return candidate
+
+
+# --------------------------------------------------------------------------- heads
+
+
+class HeadsFormat(str, Enum):
+    table = "table"
+    json = "json"
+
+
+class Ablation(str, Enum):
+    zero = "zero"
+    mean = "mean"
+
+
+@app.command()
+@user_errors_exit_2
+def heads(
+    run: RunOption = None,
+    runs_dir: RunsDirOption = Path("runs"),
+    checkpoint: CheckpointOption = Checkpoint.best,
+    n: Annotated[int, typer.Option("--n", min=1, help="Score the first N held-out inputs.")] = 200,
+    text: Annotated[
+        str | None, typer.Option("--text", help="Score this one typed input instead (after the model's answer).")
+    ] = None,
+    ablate: Annotated[
+        Ablation | None,
+        typer.Option(
+            "--ablate",
+            help="Also remove each head in turn (its output set to zero, "
+            "or to its mean) and report the loss and accuracies without it.",
+        ),
+    ] = None,
+    output_format: Annotated[HeadsFormat, typer.Option("--format", help="A table, or JSON.")] = HeadsFormat.table,
+    out: Annotated[Path | None, typer.Option("--out", help="Write to this file instead of the terminal.")] = None,
+) -> None:
+    """Score what every attention head does: how much of its attention follows each pattern
+    (diagonal, previous token, first token, duplicate, induction, the task's own alignment),
+    its entropy, and with --ablate whether the model needs it.
+
+    Example: tinytf heads --ablate zero
+    """
+    from tinytf.heads import head_scores, render_table
+
+    if out is not None:
+        check_writable_file(out, "heads.json" if output_format is HeadsFormat.json else "heads.txt")
+    if text is not None and ablate is not None:
+        raise UserError("--ablate measures the loss on held-out examples with their answers; drop --text to ablate")
+    loaded = load_chosen_run(run, runs_dir, checkpoint)
+    if text is None:
+        from tinytf.data import TaskData
+        from tinytf.runs import check_data
+
+        check_data(loaded.run_dir, loaded.task)
+        held_out = TaskData(loaded.task, loaded.config.seed, loaded.config.task.eval_size).held_out
+        if n > len(held_out):
+            raise UserError(f"--n {n}: the run's held-out set has {len(held_out)} examples (task.eval_size)")
+        report = head_scores(
+            loaded.model, loaded.framing, held_out[:n], ablate=None if ablate is None else ablate.value
+        )
+    else:
+        report = head_scores(loaded.model, loaded.framing, text=text)
+        if note := loaded.framing.length_note(loaded.framing.typed_input(text, loaded.model.config.max_len)):
+            typer.echo(f"note: {note}", err=True)
+    source = f"run {loaded.run_dir} ({checkpoint.value} checkpoint, step {loaded.step})"
+    scored = f"the input {text!r}" if text is not None else f"{report.inputs} held-out inputs"
+    report.meta = {"run": str(loaded.run_dir), "checkpoint": checkpoint.value, "step": loaded.step, "text": text}
+    if output_format is HeadsFormat.json:
+        content = report.to_json() + "\n"
+    else:
+        intact = ""
+        if report.intact is not None:
+            intact = (f"intact: loss {report.intact['loss']:.3f}, token_acc {report.intact['token_acc']:.3f}, "
+                      f"seq_acc {report.intact['seq_acc']:.3f}; each head {ablate.value}-ablated in turn, "
+                      "the most harmful first\n")  # fmt: skip
+        content = f"{source}, {scored}\n{intact}{render_table(report)}\n"
+    if out is None:
+        typer.echo(content, nl=False)
+        return
+    from tinytf.files import write_text_atomically
+
+    try:
+        write_text_atomically(out, content)
+    except OSError as err:
+        raise UserError(f"{out}: cannot write ({err.strerror or err})") from None
+    typer.echo(f"wrote {out}")
 
 
 # --------------------------------------------------------------------------- predict / eval

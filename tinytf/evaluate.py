@@ -28,6 +28,7 @@ from torch import nn
 
 from tinytf.errors import UserError
 from tinytf.framing import IGNORE, Framing, eval_mode
+from tinytf.model.hooks import Hook
 from tinytf.tasks.base import Pairs
 
 
@@ -60,8 +61,11 @@ class Correct:
         return {"token_acc": self.tokens / max(self.scored, 1), "seq_acc": self.sequences / max(self.rows, 1)}
 
 
-def evaluate(model: nn.Module, framing: Framing, pairs: Pairs, batch_size: int = 500) -> dict[str, float]:
-    """loss, token_acc and seq_acc of `model` on `pairs` (see the module docstring)."""
+def evaluate(
+    model: nn.Module, framing: Framing, pairs: Pairs, batch_size: int = 500, hooks: dict[str, Hook] | None = None
+) -> dict[str, float]:
+    """loss, token_acc and seq_acc of `model` on `pairs` (see the module docstring), with
+    `hooks` replacing activations on the way if given (`Transformer.run_with_hooks`)."""
     if len(pairs) == 0:
         raise ValueError("evaluate: `pairs` holds no examples; there is nothing to score")
     device = next(model.parameters()).device
@@ -70,7 +74,9 @@ def evaluate(model: nn.Module, framing: Framing, pairs: Pairs, batch_size: int =
     with eval_mode(model):
         for start in range(0, len(pairs), batch_size):
             batch = framing.frame(pairs[start : start + batch_size]).to(device)
-            logits = model(**batch.model_inputs())
+            logits = (
+                model.run_with_hooks(**batch.model_inputs(), hooks=hooks) if hooks else model(**batch.model_inputs())
+            )
             correct = Correct.count(logits, batch.labels)
             loss_sum += float(scored_loss(logits, batch.labels)) * correct.scored
             total += correct

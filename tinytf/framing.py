@@ -24,11 +24,21 @@ And how the model answers: an encoder predicts every position at once (argmax, c
 the first <eos>); a decoder and an encoder-decoder generate greedily, feeding each
 token back in, with a key/value cache; a language model continues the text.
 
+Where a task's alignment patterns lie (`Task.alignments`: "to write answer token j, read
+source token i") in the attention maps: answer token j's prediction is the query, source
+token i the key (j and i count from 0; n: the source's length; bos: 1 with task.bos):
+
+    encoder          encoder self-attention    (j + bos, i + bos)
+    decoder          decoder self-attention    (n + j, i)      <sep> at n predicts t1
+    encoder-decoder  decoder cross-attention   (j, i)          <bos> predicts t1
+    language-model   decoder self-attention    (j - 1, i)      both index the sequence
+
     framing = get_framing(task, config.model.arch)
     batch = framing.frame(pairs)                  # training and evaluation
     answers = framing.answers(model, pairs)       # what the model says, as ids
     batch, answer = framing.typed_batch(model, "3 1 2")   # attend: typed text -> one batch
     framing.length_note(framing.typed_input("3 1 2", max_len))  # None, or: outside the trained lengths
+    framing.alignments(source, target, T_q, T_k)  # the task's alignment patterns, as attention positions
 
 Adding an architecture is one class and one line in FRAMINGS.
 """
@@ -80,6 +90,15 @@ class Batch:
         return count + (int((self.source != PAD_ID).sum()) if self.source is not None else 0)
 
 
+@dataclass(frozen=True)
+class Alignment:
+    """Where a task's alignment pattern lies in one framed example's attention maps."""
+
+    stack: str  # "encoder" or "decoder": the stack whose attention it applies to
+    kind: str  # "self" or "cross"
+    pairs: tuple[tuple[int, int], ...]  # (query position, key position) in that attention map
+
+
 class Framing:
     """The rules of one architecture. Subclasses set `name` and implement the methods
     that raise NotImplementedError; `get_framing` picks the class."""
@@ -91,6 +110,8 @@ class Framing:
     model_keys: ClassVar[tuple[str, ...]] = ()
     # False where the model has no answer to a question (language models continue text).
     answers_questions: ClassVar[bool] = True
+    # The attention that reads the answer and the source: (stack, "self" or "cross").
+    alignment_attention: ClassVar[tuple[str, str]] = ("decoder", "self")
 
     def __init__(self, task: Task) -> None:
         self.task = task
@@ -110,6 +131,26 @@ class Framing:
     def added_tokens(self) -> int:
         """Tokens framing adds to a typed input before the model reads it."""
         return 0
+
+    def alignment_origin(self, source: list[int]) -> tuple[int, int]:
+        """(query, key): the position that predicts answer token 0 and the one that holds
+        source token 0; answer token j and source token i lie j and i positions further."""
+        raise NotImplementedError
+
+    def alignments(self, source: list[int], target: list[int], query_len: int, key_len: int) -> dict[str, Alignment]:
+        """The task's alignment patterns for one example, as framed by `frame(single_pair(source, target))`
+        (or typed_batch: the same layout), mapped to (query, key) positions of the attention
+        maps that read the answer and the source (see the module docstring). query_len and
+        key_len are those maps' sizes (T_q, T_k); pairs outside them (an answer cut at
+        max_len) are dropped."""
+        stack, kind = self.alignment_attention
+        query_0, key_0 = self.alignment_origin(source)
+        placed: dict[str, Alignment] = {}
+        for pattern, pairs in self.task.alignments(source, target).items():
+            positions = ((query_0 + j, key_0 + i) for j, i in pairs)
+            inside = tuple((q, k) for q, k in positions if 0 <= q < query_len and 0 <= k < key_len)
+            placed[pattern] = Alignment(stack, kind, inside)
+        return placed
 
     def answers(self, model: nn.Module, pairs: Pairs) -> list[list[int]]:
         """The model's answer (ids, without <eos>) to the source of every example."""
@@ -174,12 +215,17 @@ class EncoderFraming(Framing):
 
     name = "encoder"
     task_keys = ("bos",)
+    alignment_attention = ("encoder", "self")
 
     def model_lengths(self) -> tuple[int, int]:
         return self.task.max_source_len + int(self.task.config.bos), 0
 
     def added_tokens(self) -> int:
         return int(self.task.config.bos)  # the leading <bos> position
+
+    def alignment_origin(self, source: list[int]) -> tuple[int, int]:
+        bos = int(self.task.config.bos)
+        return bos, bos  # position bos + j reads source token j and predicts answer token j
 
     def frame(self, pairs: Pairs) -> Batch:
         if bool((pairs.target_len > pairs.source_len).any()):
@@ -230,6 +276,9 @@ class DecoderFraming(Framing):
     def added_tokens(self) -> int:
         return 1  # <sep> after the question
 
+    def alignment_origin(self, source: list[int]) -> tuple[int, int]:
+        return len(source), 0  # s1..sn <sep> t1..: <sep> (position n) predicts answer token 0
+
     def typed_input(self, text: str, max_len: int) -> list[int]:
         """As `Framing.typed_input`, and the answer must fit too: the model reads
         `source <sep>`, then each token of its answer as it writes it (never <eos>)."""
@@ -268,6 +317,10 @@ class EncoderDecoderFraming(Framing):
 
     name = "encoder-decoder"
     model_keys = ("n_encoder_layers", "n_decoder_layers")
+    alignment_attention = ("decoder", "cross")
+
+    def alignment_origin(self, source: list[int]) -> tuple[int, int]:
+        return 0, 0  # decoder position j (<bos> t1..) predicts answer token j; encoder position i is source token i
 
     def model_lengths(self) -> tuple[int, int]:
         return self.task.max_target_len + 1, self.task.max_source_len  # <bos> target | source
@@ -304,6 +357,9 @@ class LanguageModelFraming(Framing):
     name = "language-model"
     answers_questions = False
 
+    def alignment_origin(self, source: list[int]) -> tuple[int, int]:
+        return -1, 0  # position j - 1 predicts token j; token i is read at position i
+
     def model_lengths(self) -> tuple[int, int]:
         return self.task.max_target_len - 1, 0
 
@@ -311,6 +367,9 @@ class LanguageModelFraming(Framing):
         width = int(pairs.target_len.max())
         sequence = pairs.target[:, :width]  # (B, L)
         labels = sequence[:, 1:].masked_fill(~positions_below(pairs.target_len - 1, width - 1), IGNORE)
+        given = self.task.given_lengths(pairs)  # (N,) or None
+        if given is not None:  # position j predicts token j + 1: nothing to score while j + 1 < given
+            labels = labels.masked_fill(positions_below(given - 1, width - 1), IGNORE)
         return Batch(sequence[:, :-1], labels)  # position j reads token j, predicts token j + 1
 
     def typed_input(self, text: str, max_len: int) -> list[int]:

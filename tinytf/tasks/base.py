@@ -66,7 +66,9 @@ class Pairs:
 class Task:
     """Base class of every task. A subclass sets the class attributes below and
     implements `sample`; registering it in `tinytf/tasks/__init__.py` makes it
-    available as `task.name` in configs (and tested by the registry's tests)."""
+    available as `task.name` in configs (and tested by the registry's tests). A task
+    may also say, in `alignments`, which source tokens a correct algorithm reads for
+    each answer token: patterns that `tinytf heads` scores attention heads against."""
 
     name: ClassVar[str]
     description: ClassVar[str]  # one line, shown by `tinytf tasks`
@@ -80,6 +82,8 @@ class Task:
     starts_with_bos: ClassVar[bool] = False
     # An input whose attention maps are worth watching as training goes (logged to TensorBoard).
     showcase: ClassVar[str | None] = None
+    # Names of the alignment patterns `alignments` returns (declared without torch, for docs/CLI).
+    alignment_patterns: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, config: TaskConfig) -> None:
         """Cheap: nothing is generated or read until it is needed."""
@@ -119,6 +123,18 @@ class Task:
     def sample(self, n: int, generator: torch.Generator) -> Pairs:
         """Draw n random examples; the same generator state gives the same examples."""
         raise NotImplementedError
+
+    def alignments(self, source: list[int], target: list[int]) -> dict[str, list[tuple[int, int]]]:
+        """For each pattern in alignment_patterns: (j, i) pairs, "to write answer token j, a
+        correct algorithm reads source token i" (several i per j where several positions qualify).
+        Language-model tasks have no source: both index the sequence `target`, "to predict token j,
+        read token i" (i < j). `source`/`target` are ids without padding, as Pairs.example(i) gives
+        them (for a typed input, the model's own answer is the target). Default: {}.
+
+        Only pairs with j < len(target) and i < len(source) (or len(target)) come back: an
+        answer shorter or longer than the correct one gives pairs for the tokens it has.
+        `Framing.alignments` places the pairs in the attention maps."""
+        return {}
 
     @property
     def max_source_len(self) -> int:
@@ -163,6 +179,12 @@ class LanguageModelTask(Task):
         """Prompts of any length up to the training window (each position is trained),
         which is max_target_len - 1 tokens read, <bos> included."""
         return 1, self.max_target_len - 1 - int(self.starts_with_bos)
+
+    def given_lengths(self, pairs: Pairs) -> torch.Tensor | None:
+        """(N,) how many leading tokens of each sequence are given rather than predicted:
+        the framing scores only the predictions of the tokens after them. None (the
+        default): every token but the first is scored."""
+        return None
 
 
 class SymbolTask(Task):

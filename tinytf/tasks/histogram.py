@@ -36,9 +36,19 @@ def letter_names(n: int) -> list[str]:
 class Histogram(SymbolTask):
     name = "histogram"
     description = "per position, how often its symbol occurs in the input: c a c b -> 2 1 2 1"
+    alignment_patterns = ("histogram",)
 
     def symbols(self) -> list[str]:
         return letter_names(self.config.vocab_size)
+
+    def alignments(self, source: list[int], target: list[int]) -> dict[str, list[tuple[int, int]]]:
+        """The count at position j counts the positions holding source[j]: it reads all of
+        them, j itself included."""
+        pairs = []
+        for j in range(min(len(target), len(source))):
+            if source[j] >= self.first_symbol_id:  # a symbol, not a special token
+                pairs += [(j, i) for i, symbol in enumerate(source) if symbol == source[j]]
+        return {"histogram": pairs}
 
     @cached_property
     def count_id(self) -> torch.Tensor:
@@ -55,6 +65,11 @@ class Histogram(SymbolTask):
 class DoubleHistogram(Histogram):
     name = "double-histogram"
     description = "per position, how many distinct symbols occur as often as its symbol does: 3 1 3 2 -> 1 2 1 2"
+    alignment_patterns = ()  # not histogram's: a count of counts needs every symbol's count
+
+    def alignments(self, source: list[int], target: list[int]) -> dict[str, list[tuple[int, int]]]:
+        """None: each answer needs the count of every symbol, so it reads every position."""
+        return {}
 
     def targets(self, symbols: torch.Tensor, lengths: torch.Tensor, valid: torch.Tensor):
         counts = token_counts(symbols, valid)  # (N, S)

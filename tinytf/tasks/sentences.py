@@ -8,7 +8,8 @@
 Verbs in the present tense agree with their subject ("the cat sleeps", "the cats
 sleep"); past-tense verbs do not ("the cat sat on the mat"). A language model has to
 find the subject -- sometimes several words back, across a relative clause -- to pick
-the verb's form: a head that attends from the verb to its subject is worth looking for.
+the verb's form: a head that attends from the verb to its subject is worth looking for
+(the alignment pattern "subject": to predict a verb, read its subject noun).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from functools import cached_property
 from tinytf.errors import ConfigError
 from tinytf.lazy import torch
 from tinytf.tasks.base import LanguageModelTask, Pairs
-from tinytf.tasks.vocab import BOS, EOS, PAD_ID, Vocabulary
+from tinytf.tasks.vocab import BOS, EOS, PAD, PAD_ID, SPECIALS, Vocabulary
 
 DETERMINERS = {"sg": ["the", "a", "every", "this"], "pl": ["the", "some", "these", "many"]}
 NOUNS = {
@@ -38,6 +39,8 @@ TRANSITIVE = {
     "past": ["saw", "liked", "chased", "found"],
 }
 PREPOSITIONS = ["on", "under", "near", "behind", "with"]
+NOUN_WORDS = frozenset(word for words in NOUNS.values() for word in words)
+VERB_WORDS = frozenset(word for forms in (INTRANSITIVE, TRANSITIVE) for words in forms.values() for word in words)
 POOL_SIZE = 20_000  # sentences generated once; batches are drawn from them
 POOL_SEED = 1234  # the grammar's sample is part of the task's definition, like its vocabulary
 
@@ -46,6 +49,40 @@ def all_words() -> list[str]:
     groups = [*DETERMINERS.values(), *NOUNS.values(), ADJECTIVES, *INTRANSITIVE.values()]
     groups += [*TRANSITIVE.values(), PREPOSITIONS, ["that"]]
     return list(dict.fromkeys(word for group in groups for word in group))
+
+
+def sentence_words(tokens: list[str]) -> list[list[tuple[int, str]]]:
+    """Tokens -> the sentences in them, each a list of (index in tokens, word): <bos>,
+    <sep> and <eos> end a sentence, <pad> is skipped."""
+    sentences: list[list[tuple[int, str]]] = [[]]
+    for index, token in enumerate(tokens):
+        if token == PAD:
+            continue
+        if token in SPECIALS:
+            sentences.append([])
+        else:
+            sentences[-1].append((index, token))
+    return [sentence for sentence in sentences if sentence]
+
+
+def verb_subjects(sentence: list[tuple[int, str]]) -> list[tuple[int, int]]:
+    """(verb index, subject index) for the verbs of one sentence of (index, word).
+
+    In the grammar every verb starts a VP, and a VP is either a relative clause "that VP"
+    right after the noun it describes -- its subject -- or the sentence's main VP, whose
+    subject is the head noun of the first NP: the sentence's first noun. A verb in no such
+    place (typed text off the grammar) gets no subject."""
+    first_noun = next((index for index, word in sentence if word in NOUN_WORDS), None)
+    pairs = []
+    for k, (verb, word) in enumerate(sentence):
+        if word not in VERB_WORDS:
+            continue
+        if k >= 1 and sentence[k - 1][1] == "that":  # noun that VERB
+            if k >= 2 and sentence[k - 2][1] in NOUN_WORDS:
+                pairs.append((verb, sentence[k - 2][0]))
+        elif first_noun is not None and first_noun < verb:
+            pairs.append((verb, first_noun))
+    return pairs
 
 
 class Grammar:
@@ -92,6 +129,7 @@ class Sentences(LanguageModelTask):
     config_keys = ("min_len", "max_len")  # sentence lengths, in words
     starts_with_bos = True
     showcase = "the cat sat on the mat"
+    alignment_patterns = ("subject",)
 
     def build_vocab(self) -> Vocabulary:
         return Vocabulary(all_words(), split="word")
@@ -123,6 +161,12 @@ class Sentences(LanguageModelTask):
                 "no sentence of the grammar has that many words (they have 3 to about 30)"
             )
         return Pairs.without_source(target[:made], lengths[:made])
+
+    def alignments(self, source: list[int], target: list[int]) -> dict[str, list[tuple[int, int]]]:
+        """One pattern, "subject": to predict a verb (whose form agrees with its subject),
+        read the subject noun; see `verb_subjects`. Indices are positions in `target`, <bos> included."""
+        tokens = self.vocab.decode(target)
+        return {"subject": [pair for sentence in sentence_words(tokens) for pair in verb_subjects(sentence)]}
 
     def sample(self, n: int, generator: torch.Generator) -> Pairs:
         return self.pool[torch.randint(0, len(self.pool), (n,), generator=generator)]

@@ -1,0 +1,359 @@
+"""What did each head learn, and does it matter? A score per head and pattern, and ablation.
+
+For one head's attention weights A (queries x keys, padding left out) and a 0/1 pattern P
+of the same shape, the head's score is the attention mass A puts on P's keys, averaged
+over the query rows where P has at least one key, then over the inputs:
+
+    score(A, P) = mean over inputs of  mean over rows i with some P[i, j] = 1 of  sum_j A[i, j] P[i, j]
+
+It lies in [0, 1]; 1 means every such query puts all its weight on the pattern's keys.
+This is TransformerLens's `detect_head` "mul" measure restricted to the rows where the
+pattern says something: over all rows a perfect induction head would score about one
+half, as the first half of a repeated sequence has no earlier occurrence to look at.
+Inputs where the pattern has no row at all (a sequence without duplicates) do not count.
+
+The patterns (the seed chapter's table names them):
+
+    self        P[i, i]: the diagonal ("Diagonal")
+    previous    P[i, i-1] ("Token anterior")
+    first       P[i, 0], e.g. <bos> ("Primeiro token"); a resting place for heads with nothing to do
+    duplicate   P[i, j] where j < i holds the same token as i
+    induction   P[i, j] where token j-1 equals token i and j-1 < i: "after A came B before;
+                I am A again: look at that B"
+    <task>      the task's alignment: for each answer token, the source position a correct
+                algorithm reads (copy, reverse, sort, histogram; sentences: from the
+                position that predicts a verb to the verb's subject, "Sintático")
+
+Cross-attention reads another sequence (queries from the answer, keys from the source):
+only `first` and the task's alignments apply there. A head's `entropy` (nats, averaged
+over its rows) tells broad heads (log T_k for uniform) from sharp ones (0 for one key).
+
+Ablation replaces one head's output `z` (before W_O) by zeros or by its mean over the
+inputs, and scores the model again (teacher-forced loss and accuracies, see evaluate.py):
+a head whose removal costs nothing does not carry the task, whatever its pattern.
+
+    report = head_scores(run.model, run.framing, held_out, ablate="zero")
+    for head in report.heads: head.name, head.scores["previous"], head.label, head.ablation
+"""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from tinytf.errors import UserError
+from tinytf.evaluate import evaluate
+from tinytf.framing import Batch, Framing, eval_mode
+from tinytf.tasks.base import Pairs
+from tinytf.tasks.vocab import PAD_ID
+
+GENERIC_PATTERNS = ("self", "previous", "first", "duplicate", "induction")
+CROSS_PATTERNS = ("first",)  # the token patterns that mean something across two sequences
+LABEL_THRESHOLD = 0.5  # a head is labelled by its best pattern from this score on
+BATCH_SIZE = 256
+
+
+@dataclass
+class HeadScore:
+    stack: str  # "encoder" or "decoder"
+    layer: int
+    kind: str  # "self" or "cross"
+    head: int
+    scores: dict[str, float | None]  # pattern -> score in [0, 1]; None where it does not apply
+    entropy: float  # nats, mean over query rows and inputs
+    ablation: dict[str, float] | None = None  # metrics with the head ablated, and their change
+
+    @property
+    def name(self) -> str:
+        return f"{self.stack}.{self.layer}.{self.kind}.{self.head}"
+
+    @property
+    def label(self) -> str:
+        """The best pattern if its score reaches LABEL_THRESHOLD, else "mixed"."""
+        scored = {pattern: s for pattern, s in self.scores.items() if s is not None}
+        best = max(scored, key=scored.__getitem__, default=None)
+        return best if best is not None and scored[best] >= LABEL_THRESHOLD else "mixed"
+
+
+@dataclass
+class HeadReport:
+    inputs: int  # how many inputs were scored
+    patterns: list[str]
+    heads: list[HeadScore]
+    ablate: str | None = None  # "zero" or "mean" when heads were ablated
+    intact: dict[str, float] | None = None  # the metrics without ablation
+    meta: dict[str, object] = field(default_factory=dict)  # where it comes from (run, checkpoint, text)
+
+    def to_dict(self) -> dict:
+        return {
+            **self.meta,
+            "inputs": self.inputs,
+            "patterns": self.patterns,
+            "ablate": self.ablate,
+            "intact": self.intact,
+            "heads": [
+                {"stack": h.stack, "layer": h.layer, "kind": h.kind, "head": h.head, "scores": h.scores,
+                 "entropy": h.entropy, "label": h.label, "ablation": h.ablation}
+                for h in self.heads
+            ],
+        }  # fmt: skip
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), ensure_ascii=False, indent=1)
+
+    def best(self, pattern: str) -> HeadScore | None:
+        """The head that scores highest on `pattern` (None if it applies to no head)."""
+        scored = [h for h in self.heads if h.scores.get(pattern) is not None]
+        return max(scored, key=lambda h: h.scores[pattern], default=None)
+
+
+# ---- the patterns
+
+
+def token_patterns(query_ids: torch.Tensor, key_ids: torch.Tensor, same_sequence: bool) -> dict[str, torch.Tensor]:
+    """The generic patterns for one input: query_ids (T_q,), key_ids (T_k,), no padding.
+    Returns {name: (T_q, T_k) bool}. Across two sequences only CROSS_PATTERNS apply."""
+    query_len, key_len = query_ids.numel(), key_ids.numel()
+    first = torch.zeros(query_len, key_len, dtype=torch.bool)
+    first[:, 0] = True
+    if not same_sequence:
+        return {"first": first}
+    i = torch.arange(query_len).unsqueeze(1)  # (T_q, 1)
+    j = torch.arange(key_len).unsqueeze(0)  # (1, T_k)
+    same_token = query_ids.unsqueeze(1) == key_ids.unsqueeze(0)  # (T_q, T_k)
+    # token j-1 equals token i: the previous token of each key, compared with each query
+    previous_of_key = torch.cat([torch.full((1,), PAD_ID), key_ids[:-1]])  # (T_k,), nothing before key 0
+    after_same_token = (query_ids.unsqueeze(1) == previous_of_key.unsqueeze(0)) & (j >= 1)  # (T_q, T_k)
+    return {
+        "self": i == j,
+        "previous": j == i - 1,
+        "first": first,
+        "duplicate": same_token & (j < i),
+        "induction": after_same_token & (j - 1 < i),
+    }
+
+
+def pattern_mass(weights: torch.Tensor, pattern: torch.Tensor) -> torch.Tensor | None:
+    """weights (H, T_q, T_k), pattern (T_q, T_k) bool -> each head's mass on the pattern's
+    keys, averaged over the rows where the pattern has a key: (H,); None if no row has one."""
+    rows = pattern.any(dim=1)  # (T_q,)
+    if not bool(rows.any()):
+        return None
+    mass = (weights * pattern).sum(dim=2)  # (H, T_q, T_k) * (T_q, T_k) -> summed over keys (H, T_q)
+    return mass[:, rows].mean(dim=1)  # (H,)
+
+
+def row_entropy(weights: torch.Tensor) -> torch.Tensor:
+    """weights (H, T_q, T_k) -> mean entropy of the rows, in nats (H,)."""
+    logs = torch.log(weights.clamp_min(1e-30))
+    return -(weights * logs).sum(dim=2).mean(dim=1)  # (H, T_q) -> (H,)
+
+
+# ---- scoring a model
+
+
+@dataclass
+class _Example:
+    """One framed input: where its queries and keys are, and the task's alignments."""
+
+    batch: Batch  # the batch it belongs to
+    row: int
+    source: list[int]  # as the task's alignments take them
+    target: list[int]
+
+
+def head_scores(
+    model: nn.Module,
+    framing: Framing,
+    pairs: Pairs | None = None,
+    *,
+    text: str | None = None,
+    ablate: str | None = None,
+) -> HeadReport:
+    """Score every head of every attention on `pairs` (held-out examples, framed as in
+    training) or on one typed `text` (framed as `attend` does, after the model's greedy
+    answer). `ablate` ("zero" or "mean", needs `pairs`) also scores the model with each head
+    ablated, and sorts the heads by how much the loss grows."""
+    if (pairs is None) == (text is None):
+        raise ValueError("head_scores: pass either `pairs` or `text`")
+    if ablate not in (None, "zero", "mean"):
+        raise ValueError(f"ablate must be 'zero', 'mean' or None, not {ablate!r}")
+    if ablate is not None and pairs is None:
+        raise UserError("--ablate measures the loss on held-out examples with their answers; drop --text to ablate")
+    if pairs is not None and len(pairs) == 0:
+        raise ValueError("head_scores: `pairs` holds no examples")
+    examples = _typed_examples(model, framing, text) if text is not None else _held_out_examples(framing, pairs)
+    task_patterns = list(framing.task.alignment_patterns)
+    sums: dict[tuple[str, str], torch.Tensor] = defaultdict(lambda: 0)  # (map, pattern) -> (H,) summed scores
+    counts: dict[tuple[str, str], int] = defaultdict(int)
+    entropy_sums: dict[str, torch.Tensor] = defaultdict(lambda: 0)
+    n_inputs = 0
+    for batch, group in examples:
+        with eval_mode(model), torch.no_grad():
+            _, cache = model.run_with_cache(**_device_inputs(model, batch), names=lambda n: n.endswith(".pattern"))
+        for example in group:
+            n_inputs += 1
+            for attention_name, (weights, query_ids, key_ids) in _maps(cache, example).items():
+                same = query_ids is key_ids
+                patterns = token_patterns(query_ids, key_ids, same)
+                alignments = framing.alignments(example.source, example.target, len(query_ids), len(key_ids))
+                stack, _, kind = attention_name.split(".")
+                for name, alignment in alignments.items():
+                    if (alignment.stack, alignment.kind) == (stack, kind) and alignment.pairs:
+                        mask = torch.zeros(len(query_ids), len(key_ids), dtype=torch.bool)
+                        queries, keys = zip(*alignment.pairs, strict=True)
+                        mask[list(queries), list(keys)] = True
+                        patterns[name] = mask
+                for name, mask in patterns.items():
+                    score = pattern_mass(weights, mask)
+                    if score is not None:
+                        sums[attention_name, name] = sums[attention_name, name] + score
+                        counts[attention_name, name] += 1
+                entropy_sums[attention_name] = entropy_sums[attention_name] + row_entropy(weights)
+
+    heads = []
+    for attention_name in entropy_sums:
+        stack, layer, kind = attention_name.split(".")
+        entropy = entropy_sums[attention_name] / n_inputs
+        for h in range(entropy.numel()):
+            scores = {
+                pattern: (float(sums[attention_name, pattern][h] / counts[attention_name, pattern])
+                          if counts[attention_name, pattern] else None)
+                for pattern in (*GENERIC_PATTERNS, *task_patterns)
+            }  # fmt: skip
+            heads.append(HeadScore(stack, int(layer), kind, h, scores, float(entropy[h])))
+    report = HeadReport(n_inputs, [*GENERIC_PATTERNS, *task_patterns], heads)
+    if ablate is not None:
+        _ablate_each(model, framing, pairs, report, ablate)
+    return report
+
+
+def _held_out_examples(framing: Framing, pairs: Pairs) -> Iterator[tuple[Batch, list[_Example]]]:
+    for start in range(0, len(pairs), BATCH_SIZE):
+        chunk = pairs[start : start + BATCH_SIZE]
+        batch = framing.frame(chunk)
+        yield batch, [_Example(batch, row, *chunk.example(row)) for row in range(len(chunk))]
+
+
+def _typed_examples(model: nn.Module, framing: Framing, text: str) -> Iterator[tuple[Batch, list[_Example]]]:
+    batch, answer = framing.typed_batch(model, text)
+    source = framing.typed_input(text, model.config.max_len)
+    if not framing.answers_questions:  # a language model: the typed sequence is the "target"
+        source, answer = [], source
+    elif answer is None:  # an encoder answers every position at once
+        answer = framing.answer_typed(model, [source])[0]
+    yield batch, [_Example(batch, 0, source, answer)]
+
+
+def _device_inputs(model: nn.Module, batch: Batch) -> dict[str, torch.Tensor | None]:
+    return batch.to(next(model.parameters()).device).model_inputs()
+
+
+def _maps(
+    cache: dict[str, torch.Tensor], example: _Example
+) -> dict[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+    """Each attention's weights for one example without padding, (H, T_q, T_k), with the
+    ids its queries and keys read (the same tensor object for self-attention)."""
+    batch, row = example.batch, example.row
+    tokens = batch.tokens[row][batch.tokens[row] != PAD_ID]  # (T,) what the model read, unpadded
+    source = None if batch.source is None else batch.source[row][batch.source[row] != PAD_ID]  # (S,)
+    found = {}
+    for name, weights in cache.items():
+        attention_name = name.removesuffix(".pattern")
+        query_ids, key_ids = _sides(attention_name, tokens, source)
+        found[attention_name] = (weights[row, :, : len(query_ids), : len(key_ids)].float().cpu(), query_ids, key_ids)
+    return found
+
+
+def _sides(attention_name: str, tokens: torch.Tensor, source: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The ids an attention's queries and keys read: an encoder-decoder's encoder reads the
+    source, its cross-attention asks from the tokens into the source; the rest is tokens."""
+    stack, _, kind = attention_name.split(".")
+    if source is not None and stack == "encoder":
+        return source, source
+    if kind == "cross":
+        return tokens, source
+    return tokens, tokens
+
+
+# ---- ablation
+
+
+def _ablate_each(model: nn.Module, framing: Framing, pairs: Pairs, report: HeadReport, how: str) -> None:
+    """Fill each head's `ablation` and sort the heads, the most harmful removal first."""
+    intact = evaluate(model, framing, pairs)
+    means = _mean_head_outputs(model, framing, pairs) if how == "mean" else {}
+    for head in report.heads:
+        attention_name = f"{head.stack}.{head.layer}.{head.kind}"
+        replacement = means[attention_name][head.head] if how == "mean" else None
+        hook = _replace_head(head.head, replacement)
+        ablated = evaluate(model, framing, pairs, hooks={f"{attention_name}.z": hook})
+        head.ablation = {**ablated, **{f"{key}_change": ablated[key] - intact[key] for key in intact}}
+    report.heads.sort(key=lambda h: (-h.ablation["loss_change"], h.stack, h.layer, h.kind, h.head))
+    report.ablate, report.intact = how, intact
+
+
+def _replace_head(head: int, value: torch.Tensor | None):
+    """A hook on "<attention>.z" (B, H, T_q, D_h) that sets head `head` to zeros or to `value` (D_h,)."""
+
+    def hook(z: torch.Tensor) -> torch.Tensor:
+        z = z.clone()
+        z[:, head] = 0 if value is None else value.to(z)
+        return z
+
+    return hook
+
+
+def _mean_head_outputs(model: nn.Module, framing: Framing, pairs: Pairs) -> dict[str, torch.Tensor]:
+    """Each attention's mean z over the inputs' real (non-PAD) query positions: {name: (H, D_h)}."""
+    sums: dict[str, torch.Tensor] = defaultdict(lambda: 0)
+    counts: dict[str, int] = defaultdict(int)
+    for batch, _ in _held_out_examples(framing, pairs):
+        with eval_mode(model), torch.no_grad():
+            _, cache = model.run_with_cache(**_device_inputs(model, batch), names=lambda n: n.endswith(".z"))
+        for name, z in cache.items():  # z: (B, H, T_q, D_h)
+            attention_name = name.removesuffix(".z")
+            query_side = (
+                batch.source if attention_name.startswith("encoder") and batch.source is not None else batch.tokens
+            )
+            real = (query_side != PAD_ID).to(z.device)  # (B, T_q)
+            sums[attention_name] = sums[attention_name] + (z * real[:, None, :, None]).sum(dim=(0, 2))  # (H, D_h)
+            counts[attention_name] += int(real.sum())
+    return {name: sums[name] / max(counts[name], 1) for name in sums}
+
+
+# ---- output
+
+
+def render_table(report: HeadReport) -> str:
+    """One row per head (stack.layer.kind.head), one column per pattern, then entropy and
+    label; with ablation, the loss and exact-match accuracy and their change."""
+    columns = [*report.patterns, "entropy"]
+    header = ["head", *columns, "label"]
+    if report.ablate is not None:
+        header += ["loss", "Δloss", "seq_acc", "Δseq_acc"]
+    rows = []
+    for head in report.heads:
+        cells = [head.name, *("-" if head.scores[p] is None else f"{head.scores[p]:.2f}" for p in report.patterns)]
+        cells += [f"{head.entropy:.2f}", head.label]
+        if head.ablation is not None:
+            a = head.ablation
+            cells += [
+                f"{a['loss']:.3f}",
+                f"{a['loss_change']:+.3f}",
+                f"{a['seq_acc']:.3f}",
+                f"{a['seq_acc_change']:+.3f}",
+            ]
+        rows.append(cells)
+    widths = [max(len(cell) for cell in column) for column in zip(header, *rows, strict=True)]
+
+    def line(cells: list[str]) -> str:  # names left-aligned, numbers right-aligned
+        padded = [cell.rjust(w) if i else cell.ljust(w) for i, (cell, w) in enumerate(zip(cells, widths, strict=True))]
+        return "  ".join(padded)
+
+    return "\n".join(line(cells) for cells in (header, *rows))
