@@ -1,0 +1,250 @@
+"""Head-pattern scores, entropy and ablation (tinytf/heads.py, `tinytf heads`)."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+from conftest import assert_user_error, invoke, tiny_config, train_tiny_run
+
+from tinytf.attend import attention_report
+from tinytf.config import config_from_dict
+from tinytf.framing import get_framing
+from tinytf.heads import GENERIC_PATTERNS, HeadScore, head_scores, pattern_mass, row_entropy, token_patterns
+from tinytf.model import build_model
+from tinytf.tasks import get_task
+
+
+def shifted(length: int, by: int) -> torch.Tensor:
+    """(1, T, T) weights: query i puts all its weight on key i - by (row i < by on key 0)."""
+    weights = torch.zeros(1, length, length)
+    for i in range(length):
+        weights[0, i, max(i - by, 0)] = 1
+    return weights
+
+
+def score(weights: torch.Tensor, pattern: str, ids: list[int]) -> float | None:
+    ids_tensor = torch.tensor(ids)
+    found = pattern_mass(weights, token_patterns(ids_tensor, ids_tensor, same_sequence=True)[pattern])
+    return None if found is None else float(found[0])
+
+
+def test_a_pure_diagonal_scores_self_1_and_previous_0():
+    ids = [5, 6, 7, 8, 9]
+    assert score(shifted(5, 0), "self", ids) == 1
+    assert score(shifted(5, 0), "previous", ids) == 0
+
+
+def test_a_shifted_map_scores_previous_1():
+    ids = [5, 6, 7, 8, 9]
+    assert score(shifted(5, 1), "previous", ids) == 1  # row 0 has no previous token: it does not count
+    assert score(shifted(5, 1), "self", ids) == pytest.approx(1 / 5)  # only row 0 looks at itself
+
+
+def test_first_token_and_a_uniform_head():
+    ids = [4, 5, 6, 7]
+    assert score(shifted(4, 10), "first", ids) == 1  # everything on key 0
+    uniform = torch.full((1, 4, 4), 1 / 4)
+    assert score(uniform, "first", ids) == pytest.approx(1 / 4)
+    assert float(row_entropy(uniform)[0]) == pytest.approx(math.log(4))
+    assert float(row_entropy(shifted(4, 1))[0]) == pytest.approx(0, abs=1e-6)
+
+
+def test_duplicate_and_induction_patterns_on_a_repeated_sequence():
+    ids = [1, 7, 8, 9, 7, 8, 9]  # <bos>-like 1, then a b c a b c
+    patterns = token_patterns(torch.tensor(ids), torch.tensor(ids), same_sequence=True)
+    # duplicate: the second a (4) looks at the first a (1), and so on
+    assert patterns["duplicate"].nonzero().tolist() == [[4, 1], [5, 2], [6, 3]]
+    # induction: the second a (4) looks at the token after the first a: b (2); the second
+    # c (6) at what followed the first c: the second a (4)
+    assert patterns["induction"].nonzero().tolist() == [[4, 2], [5, 3], [6, 4]]
+    perfect = torch.zeros(1, 7, 7)
+    perfect[0, :4, 0] = 1  # rows with nothing to look at rest on the first token
+    perfect[0, 4, 2] = perfect[0, 5, 3] = perfect[0, 6, 4] = 1
+    assert score(perfect, "induction", ids) == 1
+    # TransformerLens's unrestricted measure averages over every row: 3 of 7 here
+    unrestricted = float((perfect[0] * patterns["induction"]).sum(1).mean())
+    assert unrestricted == pytest.approx(3 / 7)
+
+
+def test_a_pattern_without_rows_has_no_score():
+    ids = [3, 4, 5]  # no repeated token: neither duplicate nor induction has a row
+    assert score(shifted(3, 0), "duplicate", ids) is None
+    assert score(shifted(3, 0), "induction", ids) is None
+
+
+def test_across_two_sequences_only_first_applies():
+    patterns = token_patterns(torch.tensor([1, 2]), torch.tensor([3, 4, 5]), same_sequence=False)
+    assert list(patterns) == ["first"]
+    assert patterns["first"].shape == (2, 3)
+
+
+def test_label_is_the_best_pattern_from_one_half_on():
+    head = HeadScore("decoder", 0, "self", 0, {"self": 0.2, "previous": 0.7, "first": None}, entropy=0.3)
+    assert head.label == "previous"
+    head.scores["previous"] = 0.49
+    assert head.label == "mixed"
+
+
+def tiny_model(arch: str, task_name: str = "reverse", seed: int = 0):
+    config = tiny_config(task={"name": task_name, "vocab_size": 6, "min_len": 3, "max_len": 6},
+                         model={"arch": arch, "n_layers": 2, "n_heads": 2, "dropout": 0.0})  # fmt: skip
+    torch.manual_seed(seed)
+    task = get_task(config.task)
+    return build_model(config).eval(), get_framing(task, arch), task
+
+
+@pytest.mark.parametrize("arch", ["encoder", "decoder", "encoder-decoder"])
+def test_scores_average_the_inputs_each_without_its_padding(arch):
+    """Two inputs of different lengths scored together (so padded) give the mean of their
+    scores alone, pattern by pattern, where both have rows."""
+    model, framing, task = tiny_model(arch)
+    pairs = task.sample(2, torch.Generator().manual_seed(3))
+    while int(pairs.source_len[0]) == int(pairs.source_len[1]):
+        pairs = task.sample(2, torch.Generator().manual_seed(int(pairs.source_len.sum())))
+    together = head_scores(model, framing, pairs)
+    alone = [head_scores(model, framing, pairs[i : i + 1]) for i in (0, 1)]
+    assert together.inputs == 2 and together.patterns == [*GENERIC_PATTERNS, "reverse"]
+    for h, (a, b) in zip(together.heads, zip(alone[0].heads, alone[1].heads, strict=True), strict=True):
+        assert h.name == a.name == b.name
+        assert h.entropy == pytest.approx((a.entropy + b.entropy) / 2, abs=1e-5)
+        for pattern in together.patterns:
+            values = [s for s in (a.scores[pattern], b.scores[pattern]) if s is not None]
+            expected = sum(values) / len(values) if values else None
+            assert h.scores[pattern] == pytest.approx(expected, abs=1e-5), (h.name, pattern)
+
+
+@pytest.mark.parametrize("arch", ["encoder", "decoder", "encoder-decoder"])
+def test_a_typed_input_scores_what_attend_shows(arch):
+    """--text scores the maps `attend` reports for the same input, by the documented formula."""
+    model, framing, _ = tiny_model(arch)
+    report = head_scores(model, framing, text="3 1 4 1")
+    maps = {m.name: m for m in attention_report(model, framing, "3 1 4 1").maps}
+    assert {h.name.rsplit(".", 1)[0] for h in report.heads} == set(maps)
+    for head in report.heads:
+        shown = maps[head.name.rsplit(".", 1)[0]]
+        weights = torch.tensor(shown.weights[head.head : head.head + 1])  # (1, T_q, T_k)
+        ids = framing.vocab.encode(shown.query_tokens), framing.vocab.encode(shown.key_tokens)
+        same = shown.query_tokens is shown.key_tokens or head.stack == "encoder" or head.kind == "self"
+        patterns = token_patterns(torch.tensor(ids[0]), torch.tensor(ids[1]), same_sequence=same)
+        for pattern in GENERIC_PATTERNS:
+            expected = pattern_mass(weights, patterns[pattern]) if pattern in patterns else None
+            assert head.scores[pattern] == pytest.approx(None if expected is None else float(expected[0]), abs=1e-6)
+        assert head.entropy == pytest.approx(float(row_entropy(weights)[0]), abs=1e-6)
+        if head.kind == "cross":
+            assert head.scores["self"] is None and head.scores["first"] is not None
+
+
+def test_the_task_alignment_is_scored_where_the_framing_places_it():
+    model, framing, task = tiny_model("encoder-decoder")
+    report = head_scores(model, framing, task.sample(8, torch.Generator().manual_seed(0)))
+    for head in report.heads:
+        applies = head.kind == "cross"
+        assert (head.scores["reverse"] is not None) == applies, head.name
+
+
+@pytest.mark.parametrize("how", ["zero", "mean"])
+def test_ablating_a_head_whose_w_o_is_zero_changes_nothing(how):
+    model, framing, task = tiny_model("decoder")
+    head_dim = model.config.head_dim
+    with torch.no_grad():
+        model.decoder.layers[1].self_attn.out_proj.weight[:, head_dim : 2 * head_dim] = 0  # head 1 of layer 1
+    pairs = task.sample(30, torch.Generator().manual_seed(1))
+    report = head_scores(model, framing, pairs, ablate=how)
+    assert report.ablate == how and set(report.intact) == {"loss", "token_acc", "seq_acc"}
+    silent = next(h for h in report.heads if h.name == "decoder.1.self.1")
+    assert silent.ablation["loss_change"] == pytest.approx(0, abs=1e-6)
+    assert silent.ablation["seq_acc_change"] == 0
+    others = [h for h in report.heads if h is not silent]
+    assert max(abs(h.ablation["loss_change"]) for h in others) > 1e-4  # an untrained head still matters a little
+    changes = [h.ablation["loss_change"] for h in report.heads]
+    assert changes == sorted(changes, reverse=True)  # the heads that matter on top
+
+
+def test_zero_ablation_is_the_hook_on_z():
+    """The ablated loss is the loss of run_with_hooks with that head's z zeroed."""
+    from tinytf.evaluate import scored_loss
+
+    model, framing, task = tiny_model("decoder")
+    pairs = task.sample(16, torch.Generator().manual_seed(2))
+    report = head_scores(model, framing, pairs, ablate="zero")
+    head = report.heads[0]
+    batch = framing.frame(pairs)
+
+    def zero(z):
+        z = z.clone()
+        z[:, head.head] = 0
+        return z
+
+    with torch.no_grad():
+        logits = model.run_with_hooks(**batch.model_inputs(), hooks={f"{head.stack}.{head.layer}.{head.kind}.z": zero})
+    assert head.ablation["loss"] == pytest.approx(float(scored_loss(logits, batch.labels)), abs=1e-5)
+
+
+def test_a_language_model_scores_its_alignment_on_the_sequence():
+    config = config_from_dict({"task": {"name": "sentences", "min_len": 3, "max_len": 8},
+                               "model": {"d_model": 16, "n_heads": 2, "n_layers": 1, "d_ff": 0}})  # fmt: skip
+    torch.manual_seed(0)
+    task = get_task(config.task)
+    model = build_model(config).eval()
+    framing = get_framing(task, "decoder")
+    report = head_scores(model, framing, text="the cat that sees the dogs sleeps")
+    assert report.patterns[-1] == "subject"
+    assert all(h.scores["subject"] is not None for h in report.heads)
+
+
+# ---- the command
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory):
+    return train_tiny_run(tmp_path_factory.mktemp("heads"), model={"n_layers": 2})
+
+
+def test_heads_prints_a_table_of_every_head(run_dir):
+    result = invoke("heads", "--run", run_dir, "--n", 20)
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert "20 held-out inputs" in lines[0]
+    assert lines[1].split() == ["head", *GENERIC_PATTERNS, "sort", "entropy", "label"]
+    assert [line.split()[0] for line in lines[2:]] == [f"decoder.{layer}.self.{h}" for layer in (0, 1) for h in (0, 1)]
+
+
+def test_heads_json_has_the_documented_shape(run_dir, tmp_path):
+    out = tmp_path / "scores.json"
+    result = invoke("heads", "--run", run_dir, "--n", 10, "--format", "json", "--ablate", "mean", "--out", out)
+    assert result.exit_code == 0, result.output
+    data = json.loads(out.read_text())
+    assert data["inputs"] == 10 and data["patterns"] == [*GENERIC_PATTERNS, "sort"] and data["ablate"] == "mean"
+    head = data["heads"][0]
+    assert set(head) == {"stack", "layer", "kind", "head", "scores", "entropy", "label", "ablation"}
+    assert set(head["ablation"]) == {"loss", "token_acc", "seq_acc", "loss_change", "token_acc_change",
+                                     "seq_acc_change"}  # fmt: skip
+    assert all(0 <= value <= 1 for h in data["heads"] for value in h["scores"].values() if value is not None)
+
+
+def test_heads_on_one_typed_input(run_dir):
+    result = invoke("heads", "--run", run_dir, "--text", "3 1 2", "--format", "json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    assert data["inputs"] == 1 and data["text"] == "3 1 2" and data["heads"][0]["ablation"] is None
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (["--n", 1000], "--n 1000: the run's held-out set has"),
+        (["--text", "3 1", "--ablate", "zero"], "drop --text to ablate"),
+        (["--text", "3 x"], "unknown token 'x'"),
+        (["--ablate", "half"], "'half' is not one of"),
+    ],
+)
+def test_heads_user_errors_are_one_line(run_dir, args, fragment):
+    assert_user_error(invoke("heads", "--run", run_dir, *args), fragment)
+
+
+def test_heads_out_must_be_a_file(run_dir, tmp_path):
+    assert_user_error(invoke("heads", "--run", run_dir, "--out", tmp_path), "is a folder")
+    assert_user_error(invoke("heads", "--run", tmp_path / "missing"), "missing")
