@@ -116,3 +116,15 @@ def test_train_configs_reports_time_to_target(tmp_path):
     (row,) = json.loads(out.read_text())
     assert row["config"] == "copy-encoder.yaml" and row["seq_acc"] >= 0.99
     assert 0 < row["seconds_to_target"] <= row["seconds"]
+
+
+def test_bench_logging_times_runs_with_and_without_head_scores(tmp_path):
+    out = tmp_path / "logging.json"
+    run_script("scripts/bench_logging.py", "--quick", "--json", str(out))
+    rows = json.loads(out.read_text())
+    assert [row["config"] for row in rows] == ["quickstart.yaml", "sort-encoder-decoder.yaml"]
+    for row in rows:
+        assert row["steps"] == 6 and row["attention_every"] == 3 and row["scoring_points"] == 2  # steps 3 and 6
+        assert len(row["off_runs_s"]) == len(row["on_runs_s"]) == 1
+        assert row["off_s"] > 0 and row["on_s"] > 0 and row["ratio"] > 0
+        assert row["first_ms"] > 0 and row["later_ms"] > 0 and 0 < row["share"] < 1

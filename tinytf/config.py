@@ -182,6 +182,11 @@ class LogConfig(Section):
 
     every: PositiveInt = Field(50, le=MAX_STEPS)
     attention_every: PositiveInt = Field(200, le=MAX_STEPS)
+    # With the attention maps: score every head against the attention patterns (heads.py) on a
+    # few held-out inputs; TensorBoard gets the grid as `heads/scores` and each pattern's best
+    # score as `heads/best/<pattern>`. Costs 1-3% of a shipped config's training time on a CPU
+    # (scripts/bench_logging.py measures it).
+    head_scores: Bool = True
 
 
 class Config(Section):

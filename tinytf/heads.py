@@ -196,6 +196,7 @@ def head_scores(
     for batch, group in examples:
         with eval_mode(model), torch.no_grad():
             _, cache = model.run_with_cache(**_device_inputs(model, batch), names=lambda n: n.endswith(".pattern"))
+        cache = {name: weights.float().cpu() for name, weights in cache.items()}  # one copy a batch, not one an input
         for example in group:
             n_inputs += 1
             for attention_name, (weights, query_ids, key_ids) in _maps(cache, example).items():

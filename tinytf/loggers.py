@@ -1,10 +1,10 @@
 """Where training reports go. The training loop never prints: it calls these.
 
-`Logger` is the interface, a `typing.Protocol`: any object with these six methods is a
+`Logger` is the interface, a `typing.Protocol`: any object with these seven methods is a
 logger. `NullLogger` does nothing for each, so a logger that cares about a few reports
 subclasses it and overrides only those. Implementations: `MetricsFileLogger`
-(metrics.jsonl), `TensorBoardLogger` (scalars, attention images, text samples,
-hparams), `ProgressBarLogger` (a tqdm bar on the terminal, used by the CLI) and
+(metrics.jsonl), `TensorBoardLogger` (scalars, attention images, head scores, text
+samples, hparams), `ProgressBarLogger` (a tqdm bar on the terminal, used by the CLI) and
 `RecordingLogger` (keeps every report in a list: for tests and notebooks).
 """
 
@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     from tinytf.attend import AttentionReport
     from tinytf.config import Config
+    from tinytf.heads import HeadReport
 
 
 class Logger(Protocol):
@@ -32,6 +33,10 @@ class Logger(Protocol):
 
     def attention(self, step: int, sample: str, report: AttentionReport) -> None:
         """The attention maps of a fixed sample input at this step."""
+
+    def heads(self, step: int, report: HeadReport) -> None:
+        """Every head's score on each attention pattern, over a fixed slice of held-out
+        inputs (logged with the attention maps, if `log.head_scores`)."""
 
     def text(self, step: int, tag: str, markdown: str) -> None:
         """A text sample, e.g. predictions next to targets."""
@@ -60,6 +65,9 @@ class RecordingLogger(NullLogger):
     def attention(self, step: int, sample: str, report: AttentionReport) -> None:
         self.records.append(("attention", (step, sample, report)))
 
+    def heads(self, step: int, report: HeadReport) -> None:
+        self.records.append(("heads", (step, report)))
+
     def text(self, step: int, tag: str, markdown: str) -> None:
         self.records.append(("text", (step, tag, markdown)))
 
@@ -86,14 +94,18 @@ class MetricsFileLogger(NullLogger):
 
 class TensorBoardLogger(NullLogger):
     """Scalars as `<split>/<metric>`, attention maps as images under
-    `attention/<sample>/<stack>.<layer>.<kind>`, predictions as text, config as hparams."""
+    `attention/<sample>/<stack>.<layer>.<kind>`, head scores as the image `heads/scores`
+    (patterns x heads) and, per pattern, the best head's score as the scalar
+    `heads/best/<pattern>` (the curve rises when a head takes the pattern up),
+    predictions as text, config as hparams."""
 
     def __init__(self, log_dir: Path, config: Config) -> None:
-        from tinytf.viz import LayerImages  # matplotlib itself loads only when a figure is drawn
+        from tinytf.viz import HeadScoreImages, LayerImages  # matplotlib loads only when a figure is drawn
 
         self.log_dir, self.config = log_dir, config  # the config is logged as hparams
         self.writer = None  # opened at start(): nothing is written before training begins
         self.images = LayerImages()
+        self.score_images = HeadScoreImages()
 
     def start(self, run_dir: Path | None, start_step: int) -> None:
         from torch.utils.tensorboard import SummaryWriter
@@ -108,6 +120,13 @@ class TensorBoardLogger(NullLogger):
         for attention_map in report.maps:
             tag = f"attention/{sample}/{attention_map.name}"
             self.writer.add_image(tag, self.images.render(tag, attention_map), step, dataformats="HWC")
+
+    def heads(self, step: int, report: HeadReport) -> None:
+        self.writer.add_image("heads/scores", self.score_images.render(report), step, dataformats="HWC")
+        for pattern in report.patterns:
+            best = report.best(pattern)
+            if best is not None:  # the pattern applies to no head (e.g. no input has a duplicate)
+                self.writer.add_scalar(f"heads/best/{pattern}", best.scores[pattern], step)
 
     def text(self, step: int, tag: str, markdown: str) -> None:
         self.writer.add_text(tag, markdown, step)

@@ -9,9 +9,9 @@ One step: a batch from the task's stream -> forward -> cross-entropy on the answ
 backward -> gradient clipping -> AdamW -> learning-rate schedule (linear warm-up, then
 cosine decay to a tenth of `train.lr`). Every `train.eval_every` steps the held-out set
 is scored; the best score so far is kept as checkpoints/best.pt, the latest state as
-checkpoints/last.pt every `train.checkpoint_every` steps and at the end. Predictions
-and attention maps are logged in eval mode, without gradients: logging never changes
-the training run.
+checkpoints/last.pt every `train.checkpoint_every` steps and at the end. Predictions,
+attention maps and head scores (heads.py) are logged in eval mode, without gradients,
+on held-out inputs: logging never changes the training run.
 
 Ctrl-C (SIGINT) asks the loop to stop at the end of the current step; it saves
 last.pt and returns with `interrupted=True`. A second Ctrl-C stops at once.
@@ -41,6 +41,7 @@ from tinytf.errors import ConfigError, UserError, first_line
 from tinytf.evaluate import Correct, evaluate, scored_loss
 from tinytf.experiment import check_config, check_unchanged, load_run_config, save_config
 from tinytf.framing import Framing, get_framing
+from tinytf.heads import head_scores
 from tinytf.loggers import Logger, MetricsFileLogger, TensorBoardLogger
 from tinytf.model import build_model
 from tinytf.runs import (
@@ -61,6 +62,10 @@ from tinytf.tasks import get_task
 
 N_ATTENTION_SAMPLES = 2  # inputs whose attention maps are logged (the task's showcase first)
 N_TEXT_SAMPLES = 4  # held-out examples whose predictions are logged as text
+# Held-out examples (the first ones: the same at every log) every head is scored on, with
+# log.head_scores. Enough for scores steady to about +-0.02; cheap next to the steps between
+# two logs (scripts/bench_logging.py measures it).
+N_HEAD_SCORE_INPUTS = 64
 
 
 @dataclass
@@ -309,10 +314,17 @@ class Trainer:
         return stop_at is not None and self.final["seq_acc"] >= stop_at
 
     def _log_attention(self) -> None:
+        """The attention maps of the fixed samples, then (log.head_scores) every head's
+        pattern scores on the first N_HEAD_SCORE_INPUTS held-out examples."""
         for sample, text, target in _attention_samples(self.framing, self.data):
             report = attention_report(self.model, self.framing, text, target)
             for logger in self.loggers:
                 logger.attention(self.step, sample, report)
+        if self.log.head_scores and self.loggers:
+            # eval mode, no gradients, no random draws (see head_scores): training goes on unchanged
+            scores = head_scores(self.model, self.framing, self.data.held_out[:N_HEAD_SCORE_INPUTS])
+            for logger in self.loggers:
+                logger.heads(self.step, scores)
 
     def _lr(self) -> float:
         return self.scheduler.get_last_lr()[0]

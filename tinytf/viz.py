@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
     from tinytf.attend import AttentionMap, AttentionReport
+    from tinytf.heads import HeadReport, HeadScore
 
 SHADES = " ░▒▓█"  # weight 0 .. 1, in five steps
 ASCII_SHADES = " .:#@"  # the same steps, for an output that cannot show SHADES (e.g. cp1252)
@@ -82,6 +83,134 @@ def report_figure(report: AttentionReport) -> Figure:
             else:
                 ax.axis("off")
     return figure
+
+
+def head_column_name(head: HeadScore) -> str:
+    """A head's short name for a column: "d0.self.h1" is decoder layer 0's self-attention, head 1."""
+    return f"{head.stack[0]}{head.layer}.{head.kind}.h{head.head}"
+
+
+def head_scores_figure(report: HeadReport) -> Figure:
+    """A `HeadReport`'s score grid (see heads.py): a row per pattern, a column per head,
+    each cell's score (0..1) printed in it; grey and blank where the pattern does not apply
+    (across two sequences only `first` and the task's alignments do). Each head's label --
+    its best pattern, once that scores LABEL_THRESHOLD -- is its framed cell, in bold;
+    "mixed" heads have no frame. Lines separate the attentions (stack, layer, kind).
+    Columns narrow from 24 heads on: 8 layers x 8 heads make a figure 22 in wide."""
+    return _ScoreGrid(report).figure
+
+
+class _ScoreGrid:
+    """The figure of `head_scores_figure`, holding the artists that show the scores:
+    `update` puts another report of the same heads and patterns into them."""
+
+    def __init__(self, report: HeadReport) -> None:
+        from matplotlib.figure import Figure
+        from matplotlib.patches import Rectangle
+
+        patterns, heads = report.patterns, report.heads
+        many = len(heads) > 24
+        cell, self.fontsize = (0.32, 6) if many else (0.42, 7)  # column width in inches, text size in points
+        self.figure = Figure(figsize=(1.4 + cell * len(heads), 1.5 + 0.26 * len(patterns)), layout="constrained")
+        ax = self.figure.subplots()
+        colormap = _blues_with_grey()
+        self.image = ax.imshow(_score_grid(report), cmap=colormap, vmin=0.0, vmax=1.0, aspect="auto")
+        applies = ~_score_grid(report).mask  # (P, N): where a score can be printed
+        self.texts = {
+            (row, col): ax.text(col, row, "", ha="center", va="center", fontsize=self.fontsize)
+            for row in range(len(patterns))
+            for col in range(len(heads))
+            if applies[row, col]
+        }
+        self.frames = [  # one per head, moved to the row of its label
+            ax.add_patch(Rectangle((col - 0.5, -0.5), 1, 1, fill=False, edgecolor="orangered", linewidth=1.5))
+            for col in range(len(heads))
+        ]
+        ax.set_xticks(range(len(heads)), [head_column_name(h) for h in heads], rotation=90, fontsize=self.fontsize)
+        ax.set_yticks(range(len(patterns)), patterns, fontsize=7)
+        ax.tick_params(length=0)
+        self.lines = [  # where a new attention (stack, layer, kind) begins
+            ax.axvline(col - 0.5, color="0.2", linewidth=0.8)
+            for col in range(1, len(heads))
+            if _attention_of(heads[col]) != _attention_of(heads[col - 1])
+        ]
+        ax.set_title(f"head scores on {report.inputs} held-out inputs (framed: each head's label)", fontsize=8)
+        self.update(report)
+
+    def update(self, report: HeadReport) -> None:
+        scores = _score_grid(report)
+        self.image.set_data(scores)
+        labels = [h.label for h in report.heads]
+        for (row, col), text in self.texts.items():
+            value = float(scores[row, col])
+            text.set_text(f"{value:.2f}")
+            text.set_color("white" if value > 0.6 else "black")
+            text.set_fontweight("bold" if report.patterns[row] == labels[col] else "normal")
+        for frame, label in zip(self.frames, labels, strict=True):
+            frame.set_visible(label in report.patterns)
+            if label in report.patterns:
+                frame.set_y(report.patterns.index(label) - 0.5)
+
+    def artists(self) -> list:
+        """What `update` changes, and what lies on it, in a full drawing's order."""
+        return [self.image, *self.frames, *self.lines, *self.texts.values()]  # by zorder: 0, 1, 2, 3
+
+
+def _score_grid(report: HeadReport) -> np.ma.MaskedArray:
+    """(patterns, heads) scores, masked where a pattern does not apply to a head."""
+    grid = np.array([[np.nan if h.scores.get(p) is None else h.scores[p] for h in report.heads]
+                     for p in report.patterns], dtype=float)  # fmt: skip
+    return np.ma.masked_invalid(grid)
+
+
+def _attention_of(head: HeadScore) -> tuple[str, int, str]:
+    return head.stack, head.layer, head.kind
+
+
+def _blues_with_grey():
+    """The attention maps' colormap, with light grey for a score that does not apply."""
+    from matplotlib import colormaps
+
+    return colormaps["Blues"].with_extremes(bad="0.88")
+
+
+class HeadScoreImages:
+    """Renders `head_scores_figure` to RGB arrays, fast when it repeats (as `LayerImages`
+    does): training scores the same heads and patterns every few hundred steps, so the
+    axes, names and title are drawn once and kept as pixels; later renderings draw just
+    the colours, the numbers and the frames on them."""
+
+    def __init__(self) -> None:
+        self._grid: _ScoreGrid | None = None
+        self._layout: tuple | None = None
+
+    def render(self, report: HeadReport) -> np.ndarray:
+        """The figure of `report` as a (height, width, 3) uint8 array."""
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+        layout = _grid_layout(report)
+        if self._grid is None or layout != self._layout:
+            self._grid, self._layout = _ScoreGrid(report), layout
+            self._canvas = FigureCanvasAgg(self._grid.figure)
+            for artist in self._grid.artists():
+                artist.set_animated(True)  # drawn by render(), not by canvas.draw()
+            self._canvas.draw()
+            self._background = self._canvas.copy_from_bbox(self._grid.figure.bbox)
+        grid = self._grid
+        grid.update(report)
+        self._canvas.restore_region(self._background)
+        ax = grid.image.axes
+        for artist in grid.artists():
+            ax.draw_artist(artist)
+        for spine in ax.spines.values():  # the frame goes on top, as in a full draw
+            ax.draw_artist(spine)
+        return np.asarray(self._canvas.buffer_rgba())[:, :, :3].copy()  # (height, width, RGB)
+
+
+def _grid_layout(report: HeadReport) -> tuple:
+    """What the kept pixels of a score grid show: patterns, heads, inputs, where scores apply."""
+    names = tuple(head_column_name(h) for h in report.heads)
+    return tuple(report.patterns), names, report.inputs, _score_grid(report).mask.tobytes()
 
 
 def save_figure(figure: Figure, path) -> None:
