@@ -32,3 +32,37 @@ def test_quickstart_learns_the_grammar(tmp_path):
     # Toy English is random by design (about 2.3 nats of entropy per word at these settings);
     # an untrained model starts at ln(68) = 4.2.
     assert result.best["loss"] < 2.4
+
+
+def trained_head_scores(name, tmp_path):
+    """Train configs/`name`; its result, and its heads scored on 200 held-out inputs."""
+    from tinytf.data import TaskData
+    from tinytf.heads import head_scores
+    from tinytf.runs import load_run
+
+    result = train(load_config(ROOT / "configs" / name), runs_dir=tmp_path)
+    run = load_run(result.run_dir)
+    held_out = TaskData(run.task, run.config.seed, run.config.task.eval_size).held_out[:200]
+    return result, head_scores(run.model, run.framing, held_out)
+
+
+def best_score(report, pattern, layer):
+    return max(h.scores[pattern] for h in report.heads if h.layer == layer and h.scores[pattern] is not None)
+
+
+@pytest.mark.slow
+def test_two_attention_only_layers_form_an_induction_head(tmp_path):
+    """Olsson et al. (2022): a previous-token head in layer 0 and an induction head in layer 1."""
+    result, report = trained_head_scores("induction-decoder.yaml", tmp_path)
+    assert result.best["loss"] < 0.05  # the repeat is predicted almost surely
+    assert best_score(report, "previous", layer=0) >= 0.8
+    assert best_score(report, "induction", layer=1) >= 0.8
+
+
+@pytest.mark.slow
+def test_one_attention_only_layer_cannot(tmp_path):
+    """The same recipe with one layer: no head can match "the token before that key" with
+    the current token, so no induction head forms and the repeat stays unpredictable."""
+    result, report = trained_head_scores("induction-decoder-1layer.yaml", tmp_path)
+    assert best_score(report, "induction", layer=0) < 0.8
+    assert result.best["loss"] > 1.0

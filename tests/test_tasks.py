@@ -6,8 +6,11 @@ from collections import Counter
 import pytest
 import torch
 
-from tinytf.config import TaskConfig
+from tinytf import build_model
+from tinytf.config import ConfigProblem, TaskConfig, config_from_dict
 from tinytf.errors import ConfigError
+from tinytf.experiment import check_config
+from tinytf.framing import IGNORE, get_framing
 from tinytf.tasks import TASKS, get_task
 from tinytf.tasks.base import SymbolTask
 from tinytf.tasks.sentences import INTRANSITIVE, NOUNS, TRANSITIVE, Grammar
@@ -82,6 +85,7 @@ SYMBOL_TASKS = sorted(name for name, cls in TASKS.items() if issubclass(cls, Sym
 # their definition. A new task needs a reference above or a test of its own named here.
 OWN_TESTS = {
     "add": "test_add_matches_integer_addition",
+    "induction": "test_induction_repeats_a_random_sequence_once",
     "sentences": "test_sentences_verbs_agree_with_their_subject",
     "text": "test_text_task_cuts_training_and_held_out_windows_from_disjoint_regions",
 }
@@ -209,3 +213,75 @@ def test_text_task_errors(tmp_path, text, fragment):
     task = get_task(task_config("text", path=str(path)))
     with pytest.raises(ConfigError, match=fragment):
         task.sample(1, torch.Generator())
+
+
+@pytest.mark.parametrize("vocab_size, min_len, max_len", [(10, 2, 12), (3, 5, 9), (64, 16, 16)])
+def test_induction_repeats_a_random_sequence_once(vocab_size, min_len, max_len):
+    task = get_task(task_config("induction", vocab_size=vocab_size, min_len=min_len, max_len=max_len))
+    lengths = set()
+    for source, target in sample_strings(task):
+        assert source == [] and target[0] == "<bos>" and "<eos>" not in target
+        length = (len(target) - 1) // 2
+        assert len(target) == 2 * length + 1 and min_len <= length <= max_len
+        first, repeat = target[1 : length + 1], target[length + 1 :]
+        assert first == repeat and set(first) <= {str(s) for s in range(vocab_size)}
+        lengths.add(length)
+    assert lengths == set(range(min_len, max_len + 1))  # every length occurs
+    pairs = task.sample(300, torch.Generator().manual_seed(0))
+    assert pairs.target.size(1) == task.max_target_len == 2 * max_len + 1
+
+
+def test_induction_scores_the_repeat_from_its_second_token():
+    task = get_task(task_config("induction", vocab_size=8, min_len=2, max_len=9))
+    pairs = task.sample(200, torch.Generator().manual_seed(1))
+    batch = get_framing(task, "decoder").frame(pairs)
+    for i in range(len(pairs)):
+        sequence = pairs.example(i)[1]  # <bos> x1..xL x1..xL
+        length = (len(sequence) - 1) // 2
+        labels = batch.labels[i].tolist()
+        # Position j reads token j and predicts token j + 1: repeat token k (1-based) is
+        # token L + k, predicted at position L + k - 1; scored for k = 2..L only.
+        scored = {j: sequence[j + 1] for j in range(length + 1, 2 * length)}
+        assert {j: label for j, label in enumerate(labels) if label != IGNORE} == scored
+        assert batch.tokens[i, : 2 * length].tolist() == sequence[:-1]
+    assert task.given_lengths(pairs).tolist() == ((pairs.target_len - 1) // 2 + 2).tolist()
+
+
+def test_induction_sampling_is_seeded():
+    task = get_task(task_config("induction", vocab_size=20, min_len=3, max_len=10))
+    first, again = (task.sample(64, torch.Generator().manual_seed(5)) for _ in range(2))
+    assert torch.equal(first.target, again.target) and torch.equal(first.target_len, again.target_len)
+    other = task.sample(64, torch.Generator().manual_seed(6))
+    assert not torch.equal(first.target, other.target)
+
+
+@pytest.mark.parametrize("vocab_size, min_len, max_len", [(2, 2, 2), (3, 4, 4), (64, 6, 16), (10, 30, 40)])
+def test_induction_showcase_is_a_repeat_the_model_can_read(vocab_size, min_len, max_len):
+    """Its symbols exist at this vocab_size, and with <bos> it fits the shortest model.max_len
+    the config check allows (the showcase's attention maps are logged while training)."""
+    config = check_config(config_from_dict({
+        "task": {"name": "induction", "vocab_size": vocab_size, "min_len": min_len, "max_len": max_len},
+        "model": {"arch": "decoder", "d_model": 16, "n_heads": 2, "d_ff": 0, "max_len": 2 * max_len},
+    }))  # fmt: skip
+    task = get_task(config.task)
+    tokens = task.showcase.split()
+    first = tokens[: min(max(5, min_len), max_len)]
+    assert tokens == (first + first)[: task.trained_lengths[1]] and len(tokens) > len(first)
+    batch, _ = get_framing(task, "decoder").typed_batch(build_model(config), task.showcase)
+    assert batch.tokens.tolist() == [[task.vocab.bos_id, *task.vocab.encode(tokens)]]
+
+
+@pytest.mark.parametrize(
+    "keys, fragment, blamed",
+    [
+        ({"min_len": 9, "max_len": 4}, "greater than task.max_len", "task.min_len"),
+        ({"min_len": 1, "max_len": 4}, "at least 2 symbols", "task.min_len"),
+        ({"min_len": 4, "max_len": 2048}, "4097 tokens", "task.max_len"),
+    ],
+)
+def test_induction_check_refuses_lengths_it_cannot_use(keys, fragment, blamed):
+    task = get_task(task_config("induction", **keys))
+    with pytest.raises(ConfigProblem, match=fragment) as caught:
+        task.check()
+    assert blamed in caught.value.keys
+    get_task(task_config("induction", min_len=2, max_len=2047)).check()  # the longest that fits

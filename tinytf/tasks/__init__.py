@@ -15,6 +15,7 @@ from tinytf.tasks.base import Pairs, Task
 from tinytf.tasks.copy import Copy
 from tinytf.tasks.dyck import Dyck1, Dyck2
 from tinytf.tasks.histogram import DoubleHistogram, Histogram
+from tinytf.tasks.induction import Induction
 from tinytf.tasks.most_freq import MostFrequent
 from tinytf.tasks.reverse import Reverse
 from tinytf.tasks.sentences import Sentences
@@ -36,6 +37,7 @@ TASKS: dict[str, type[Task]] = {
         Dyck2,
         Sentences,
         Text,
+        Induction,
     )
 }
 
