@@ -59,7 +59,7 @@ def files_under(folder):
 # --------------------------------------------------------------------------- 13: usage errors
 
 USAGE_ERRORS = [
-    (["attend", "1 2", "--format", "bogus"], "error: --format: 'bogus' is not one of table, json, npz, png\n"),
+    (["attend", "1 2", "--format", "bogus"], "error: --format: 'bogus' is not one of table, json, npz, png, html\n"),
     (["attend", "1 2", "--layer", "x"], "error: --layer: "),
     (["attend", "1 2", "--bogus"], "error: no such option: --bogus"),
     (["attend"], "error: missing argument 'text'\n"),
@@ -112,7 +112,7 @@ def test_attend_out_with_another_format_s_suffix_is_refused(runs, tmp_path):
         assert_user_error(result, f"--format {output_format}")
         assert name.rpartition(".")[2] in result.stderr
     table = invoke("attend", "1 2 3", "--runs-dir", runs, "--out", tmp_path / "table.txt")
-    assert_user_error(table, "--out is for json, npz or png")
+    assert_user_error(table, "--out is for html, json, npz or png")
     assert files_under(tmp_path) == []
 
 

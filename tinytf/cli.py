@@ -19,7 +19,7 @@ from collections.abc import Callable
 from enum import Enum
 from importlib import resources
 from pathlib import Path
-from typing import Annotated, TypeVar
+from typing import TYPE_CHECKING, Annotated, TypeVar
 
 import typer
 from typer.core import TyperGroup
@@ -31,6 +31,11 @@ except ImportError:  # older typer runs on click itself
 
 from tinytf.errors import UserError
 from tinytf.experiment import describe_tasks, dump_checked_config, load_config, load_run_config
+
+if TYPE_CHECKING:
+    from tinytf.attend import AttentionReport
+    from tinytf.runs import LoadedRun
+    from tinytf.tasks.base import Pairs
 
 
 class OneLineUsageErrors(TyperGroup):
@@ -60,7 +65,7 @@ class OneLineUsageErrors(TyperGroup):
 
 def usage_error_line(err: ClickException) -> str:
     """click's message for a usage error, on one line: `--format: 'bogus' is not one of
-    table, json, npz, png` rather than `Invalid value for '--format': Value error, ...`."""
+    table, json, npz, png, html` rather than `Invalid value for '--format': Value error, ...`."""
     if isinstance(err, BadParameter) and not isinstance(err, MissingParameter) and err.param is not None:
         names = getattr(err.param, "opts", None) or [err.param.human_readable_name]
         message = err.message.removeprefix("Value error, ")
@@ -222,6 +227,7 @@ class AttendFormat(str, Enum):
     json = "json"
     npz = "npz"
     png = "png"
+    html = "html"
 
 
 @app.command()
@@ -240,12 +246,14 @@ def attend(
         AttendFormat, typer.Option("--format", help="How to show the weights.")
     ] = AttendFormat.table,
     out: Annotated[
-        Path | None, typer.Option("--out", help="File for json/npz/png (default: a new attention.*).")
+        Path | None, typer.Option("--out", help="File for json/npz/png/html (default: a new attention.*).")
     ] = None,
 ) -> None:
     """Show what every attention head of a trained model looks at for TEXT.
 
-    Example: tinytf attend "the cat sat on the mat" --format png
+    --format html writes one self-contained page to explore every layer and head in a browser, offline.
+
+    Example: tinytf attend "the cat sat on the mat" --format html
     """
     from tinytf.attend import attention_report
 
@@ -273,9 +281,16 @@ def attend(
     if output_format is AttendFormat.json and out is None:
         typer.echo(report.to_json())
         return
+    page = None
+    if output_format is AttendFormat.html:
+        page = attention_page_for(loaded, report, text, target, checkpoint)
     path = out or _fresh_path(Path(f"attention.{output_format.value}"))
     try:
-        if output_format is AttendFormat.json:
+        if page is not None:
+            from tinytf.files import write_text_atomically
+
+            write_text_atomically(path, page)
+        elif output_format is AttendFormat.json:
             path.write_text(report.to_json(), encoding="utf-8")
         elif output_format is AttendFormat.npz:
             report.save_npz(path)
@@ -292,12 +307,36 @@ def attend(
     except OSError as err:
         raise UserError(f"{path}: cannot write ({err.strerror or err})") from None
     typer.echo(f"wrote {path}")
+    if page is not None:
+        typer.echo(f"open it in a browser (it needs no network): {path.resolve().as_uri()}")
+
+
+def attention_page_for(
+    loaded: LoadedRun, report: AttentionReport, text: str, target: str | None, checkpoint: Checkpoint
+) -> str:
+    """The html page for `attend`: the report, the heads' pattern scores on the same input
+    (unless --target imposes an answer the scores would not follow), and where it comes from."""
+    from tinytf.heads import head_scores
+    from tinytf.viewer import attention_page
+
+    facts = {"input": text}
+    if report.answer is not None:
+        facts["answer" if target is None else "target (--target)"] = loaded.vocab.join(report.answer)
+    facts |= {"run": str(loaded.run_dir), "checkpoint": f"{checkpoint.value} (step {loaded.step})"}
+    if target is None:
+        scores = head_scores(loaded.model, loaded.framing, text=text)
+        note = "Head scores: this input, after the model's own answer (as tinytf heads --text)."
+    else:
+        scores = None
+        note = "No head scores: they follow the model's own answer, and --target imposes another."
+    shown = text if len(text) <= 60 else text[:59] + "…"
+    return attention_page(report, scores, title=f"Attention: {shown}", facts=facts, heads_note=note)
 
 
 def check_out(out: Path, output_format: AttendFormat) -> None:
     """A `UserError` unless --out can be written as exactly that file, in that format."""
     if output_format is AttendFormat.table:
-        raise UserError(f"--out {out}: --format table prints to the terminal; --out is for json, npz or png")
+        raise UserError(f"--out {out}: --format table prints to the terminal; --out is for html, json, npz or png")
     wanted = f".{output_format.value}"
     if out.suffix and out.suffix.lower() != wanted:
         raise UserError(f"--out {out}: a {out.suffix} name for --format {output_format.value}; "
@@ -376,16 +415,8 @@ def heads(
         raise UserError("--ablate measures the loss on held-out examples with their answers; drop --text to ablate")
     loaded = load_chosen_run(run, runs_dir, checkpoint)
     if text is None:
-        from tinytf.data import TaskData
-        from tinytf.runs import check_data
-
-        check_data(loaded.run_dir, loaded.task)
-        held_out = TaskData(loaded.task, loaded.config.seed, loaded.config.task.eval_size).held_out
-        if n > len(held_out):
-            raise UserError(f"--n {n}: the run's held-out set has {len(held_out)} examples (task.eval_size)")
-        report = head_scores(
-            loaded.model, loaded.framing, held_out[:n], ablate=None if ablate is None else ablate.value
-        )
+        held_out = first_held_out(loaded, n)
+        report = head_scores(loaded.model, loaded.framing, held_out, ablate=None if ablate is None else ablate.value)
     else:
         report = head_scores(loaded.model, loaded.framing, text=text)
         if note := loaded.framing.length_note(loaded.framing.typed_input(text, loaded.model.config.max_len)):
@@ -521,21 +552,28 @@ def evaluate_run(
 
     Example: tinytf eval --n 500
     """
-    from tinytf.data import TaskData
     from tinytf.evaluate import evaluate
-    from tinytf.runs import check_data
 
     loaded = load_chosen_run(run, runs_dir, checkpoint)
-    check_data(loaded.run_dir, loaded.task)
-    held_out = TaskData(loaded.task, loaded.config.seed, loaded.config.task.eval_size).held_out
-    if n is not None and n > len(held_out):
-        raise UserError(f"--n {n}: the run's held-out set has {len(held_out)} examples (task.eval_size)")
-    held_out = held_out if n is None else held_out[:n]
+    held_out = first_held_out(loaded, n)
     metrics = evaluate(loaded.model, loaded.framing, held_out)
     typer.echo(f"run {loaded.run_dir} ({checkpoint.value} checkpoint, step {loaded.step}), "
                f"{len(held_out)} held-out examples")  # fmt: skip
     for key, value in metrics.items():
         typer.echo(f"{key:>10}: {value:.4f}")
+
+
+def first_held_out(loaded: LoadedRun, n: int | None) -> Pairs:
+    """The run's first `n` held-out examples (all of them for None): a `UserError` if the
+    task's data file changed since training, or if there are fewer than `n`."""
+    from tinytf.data import TaskData
+    from tinytf.runs import check_data
+
+    check_data(loaded.run_dir, loaded.task)
+    held_out = TaskData(loaded.task, loaded.config.seed, loaded.config.task.eval_size).held_out
+    if n is not None and n > len(held_out):
+        raise UserError(f"--n {n}: the run's held-out set has {len(held_out)} examples (task.eval_size)")
+    return held_out if n is None else held_out[:n]
 
 
 # --------------------------------------------------------------------------- tasks / board / config
@@ -560,6 +598,8 @@ def board(
 ) -> None:
     """Start TensorBoard on the runs folder and print its URL (Ctrl-C stops it).
 
+    One input's attention without a server: tinytf attend TEXT --format html, then open the page.
+
     Example: tinytf board --runs-dir runs
     """
     import time
@@ -575,6 +615,7 @@ def board(
     except Exception as err:  # TensorBoard reports a busy port with its own exception types
         raise UserError(f"cannot start TensorBoard on port {port}: {err}") from None
     typer.echo(f"TensorBoard at {url} (Ctrl-C to stop)")
+    typer.echo('one input\'s attention, offline: tinytf attend "..." --format html, then open attention.html')
     try:
         while True:
             time.sleep(3600)

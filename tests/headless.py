@@ -1,0 +1,83 @@
+"""Debian's Chromium, started headless through Playwright: what the browser tests and
+scripts/viewer_screenshot.py share.
+
+Playwright drives the system browser (`executable_path`), so nothing is downloaded. The
+flags keep Chromium from calling home (updates, sync, field trials), which a machine
+without a network would answer with a screen of errors.
+
+    with chromium() as browser:
+        page = offline_page(browser)
+        page.goto(path.as_uri())
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+INSTALL = (
+    "install with: apt-get install chromium chromium-driver (Debian's Chromium; "
+    "or set TINYTF_CHROMIUM to a Chromium binary) and pip install -e '.[dev]' (Playwright)"
+)
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+class BrowserMissing(RuntimeError):
+    """No Chromium or no Playwright here; the message says what to install."""
+
+
+def chromium_path() -> str:
+    """$TINYTF_CHROMIUM, else /usr/bin/chromium, else `chromium` on the PATH."""
+    wanted = os.environ.get("TINYTF_CHROMIUM")
+    if wanted:
+        candidates = [wanted]
+        where = f"TINYTF_CHROMIUM={wanted} is not an executable file"
+    else:
+        candidates = ["/usr/bin/chromium", shutil.which("chromium"), shutil.which("chromium-browser")]
+        where = "no Chromium in /usr/bin nor on the PATH"
+    for candidate in candidates:
+        if candidate and Path(candidate).is_file() and os.access(candidate, os.X_OK):
+            return candidate
+    raise BrowserMissing(f"{where}; {INSTALL}")
+
+
+@contextlib.contextmanager
+def chromium() -> Iterator[object]:
+    """A headless Chromium (a Playwright `Browser`), closed on exit."""
+    executable = chromium_path()
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        raise BrowserMissing(f"Playwright is not installed; {INSTALL}") from None
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=executable, args=FLAGS)
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
+def offline_page(browser, width: int = 1400, height: int = 900):
+    """A page in a new offline context: no request can reach a network, and every request
+    the page makes (its own file:// load included) is recorded in `page.requests`; console
+    errors and uncaught exceptions in `page.errors`."""
+    context = browser.new_context(viewport={"width": width, "height": height}, offline=True)
+    page = context.new_page()
+    page.requests = []
+    page.errors = []
+    page.on("request", lambda request: page.requests.append(request.url))
+    page.on("console", lambda message: message.type == "error" and page.errors.append(message.text))
+    page.on("pageerror", lambda error: page.errors.append(str(error)))
+    return page
