@@ -248,3 +248,28 @@ def test_heads_user_errors_are_one_line(run_dir, args, fragment):
 def test_heads_out_must_be_a_file(run_dir, tmp_path):
     assert_user_error(invoke("heads", "--run", run_dir, "--out", tmp_path), "is a folder")
     assert_user_error(invoke("heads", "--run", tmp_path / "missing"), "missing")
+
+
+@pytest.mark.parametrize("arch", ["encoder", "decoder"])
+def test_hand_made_maps_through_the_model_score_exactly(arch):
+    """Every self-attention pattern replaced (by a hook) by the diagonal, then by the map one
+    step below it: head_scores reports self = 1, previous = 0, then previous = 1."""
+    model, framing, task = tiny_model(arch)
+    pairs = task.sample(12, torch.Generator().manual_seed(4))
+    names = [name for name in model.hook_names() if name.endswith("self.pattern")]
+
+    def diagonal(weights):  # (B, H, T, T)
+        return torch.eye(weights.size(-1)).expand_as(weights).contiguous()
+
+    def below_diagonal(weights):  # query i on key i - 1; query 0 on itself
+        length = weights.size(-1)
+        shifted = torch.zeros(length, length)
+        shifted[torch.arange(length), (torch.arange(length) - 1).clamp(min=0)] = 1
+        return shifted.expand_as(weights).contiguous()
+
+    on_diagonal = head_scores(model, framing, pairs, hooks=dict.fromkeys(names, diagonal))
+    assert all(h.scores["self"] == pytest.approx(1) and h.scores["previous"] == 0 for h in on_diagonal.heads)
+    assert all(h.entropy == pytest.approx(0, abs=1e-6) and h.label == "self" for h in on_diagonal.heads)
+    one_back = head_scores(model, framing, pairs, hooks=dict.fromkeys(names, below_diagonal), ablate="zero")
+    assert all(h.scores["previous"] == pytest.approx(1) and h.label == "previous" for h in one_back.heads)
+    assert all(h.scores["self"] < 0.5 for h in one_back.heads)  # only each input's first query looks at itself

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
 import torch
@@ -49,6 +49,7 @@ from torch import nn
 from tinytf.errors import UserError
 from tinytf.evaluate import evaluate
 from tinytf.framing import Batch, Framing, eval_mode
+from tinytf.model.hooks import Hook
 from tinytf.tasks.base import Pairs
 from tinytf.tasks.vocab import PAD_ID
 
@@ -174,11 +175,14 @@ def head_scores(
     *,
     text: str | None = None,
     ablate: str | None = None,
+    hooks: Mapping[str, Hook] | None = None,
 ) -> HeadReport:
     """Score every head of every attention on `pairs` (held-out examples, framed as in
     training) or on one typed `text` (framed as `attend` does, after the model's greedy
     answer). `ablate` ("zero" or "mean", needs `pairs`) also scores the model with each head
-    ablated, and sorts the heads by how much the loss grows."""
+    ablated, and sorts the heads by how much the loss grows. `hooks` ({name: fn}, see
+    `Transformer.run_with_hooks`) apply to every pass that is scored or evaluated, e.g. to
+    score heads with another head knocked out (a typed input's answer is generated without them)."""
     if (pairs is None) == (text is None):
         raise ValueError("head_scores: pass either `pairs` or `text`")
     if ablate not in (None, "zero", "mean"):
@@ -195,7 +199,9 @@ def head_scores(
     n_inputs = 0
     for batch, group in examples:
         with eval_mode(model), torch.no_grad():
-            _, cache = model.run_with_cache(**_device_inputs(model, batch), names=lambda n: n.endswith(".pattern"))
+            _, cache = model.run_with_cache(
+                **_device_inputs(model, batch), names=lambda n: n.endswith(".pattern"), hooks=hooks
+            )
         cache = {name: weights.float().cpu() for name, weights in cache.items()}  # one copy a batch, not one an input
         for example in group:
             n_inputs += 1
@@ -230,7 +236,7 @@ def head_scores(
             heads.append(HeadScore(stack, int(layer), kind, h, scores, float(entropy[h])))
     report = HeadReport(n_inputs, [*GENERIC_PATTERNS, *task_patterns], heads)
     if ablate is not None:
-        _ablate_each(model, framing, pairs, report, ablate)
+        _ablate_each(model, framing, pairs, report, ablate, dict(hooks or {}))
     return report
 
 
@@ -285,15 +291,18 @@ def _sides(attention_name: str, tokens: torch.Tensor, source: torch.Tensor | Non
 # ---- ablation
 
 
-def _ablate_each(model: nn.Module, framing: Framing, pairs: Pairs, report: HeadReport, how: str) -> None:
-    """Fill each head's `ablation` and sort the heads, the most harmful removal first."""
-    intact = evaluate(model, framing, pairs)
-    means = _mean_head_outputs(model, framing, pairs) if how == "mean" else {}
+def _ablate_each(
+    model: nn.Module, framing: Framing, pairs: Pairs, report: HeadReport, how: str, hooks: dict[str, Hook]
+) -> None:
+    """Fill each head's `ablation` and sort the heads, the most harmful removal first.
+    `hooks`: the caller's, applied in every pass (before the ablation, at the same name)."""
+    intact = evaluate(model, framing, pairs, hooks=hooks)
+    means = _mean_head_outputs(model, framing, pairs, hooks) if how == "mean" else {}
     for head in report.heads:
-        attention_name = f"{head.stack}.{head.layer}.{head.kind}"
-        replacement = means[attention_name][head.head] if how == "mean" else None
-        hook = _replace_head(head.head, replacement)
-        ablated = evaluate(model, framing, pairs, hooks={f"{attention_name}.z": hook})
+        name = f"{head.stack}.{head.layer}.{head.kind}.z"
+        replacement = means[name.removesuffix(".z")][head.head] if how == "mean" else None
+        ablation = _replace_head(head.head, replacement)
+        ablated = evaluate(model, framing, pairs, hooks={**hooks, name: _then(hooks.get(name), ablation)})
         head.ablation = {**ablated, **{f"{key}_change": ablated[key] - intact[key] for key in intact}}
     report.heads.sort(key=lambda h: (-h.ablation["loss_change"], h.stack, h.layer, h.kind, h.head))
     report.ablate, report.intact = how, intact
@@ -310,13 +319,29 @@ def _replace_head(head: int, value: torch.Tensor | None):
     return hook
 
 
-def _mean_head_outputs(model: nn.Module, framing: Framing, pairs: Pairs) -> dict[str, torch.Tensor]:
+def _then(first: Hook | None, second: Hook) -> Hook:
+    """A hook that applies `first` (if any), then `second`."""
+    if first is None:
+        return second
+
+    def both(value: torch.Tensor) -> torch.Tensor:
+        replaced = first(value)
+        return second(value if replaced is None else replaced)
+
+    return both
+
+
+def _mean_head_outputs(
+    model: nn.Module, framing: Framing, pairs: Pairs, hooks: dict[str, Hook]
+) -> dict[str, torch.Tensor]:
     """Each attention's mean z over the inputs' real (non-PAD) query positions: {name: (H, D_h)}."""
     sums: dict[str, torch.Tensor] = defaultdict(lambda: 0)
     counts: dict[str, int] = defaultdict(int)
     for batch, _ in _held_out_examples(framing, pairs):
         with eval_mode(model), torch.no_grad():
-            _, cache = model.run_with_cache(**_device_inputs(model, batch), names=lambda n: n.endswith(".z"))
+            _, cache = model.run_with_cache(
+                **_device_inputs(model, batch), names=lambda n: n.endswith(".z"), hooks=hooks
+            )
         for name, z in cache.items():  # z: (B, H, T_q, D_h)
             attention_name = name.removesuffix(".z")
             query_side = (
