@@ -206,16 +206,7 @@ def head_scores(
         for example in group:
             n_inputs += 1
             for attention_name, (weights, query_ids, key_ids) in _maps(cache, example).items():
-                same = query_ids is key_ids
-                patterns = token_patterns(query_ids, key_ids, same)
-                alignments = framing.alignments(example.source, example.target, len(query_ids), len(key_ids))
-                stack, _, kind = attention_name.split(".")
-                for name, alignment in alignments.items():
-                    if (alignment.stack, alignment.kind) == (stack, kind) and alignment.pairs:
-                        mask = torch.zeros(len(query_ids), len(key_ids), dtype=torch.bool)
-                        queries, keys = zip(*alignment.pairs, strict=True)
-                        mask[list(queries), list(keys)] = True
-                        patterns[name] = mask
+                patterns = _patterns(framing, example, attention_name, query_ids, key_ids)
                 for name, mask in patterns.items():
                     score = pattern_mass(weights, mask)
                     if score is not None:
@@ -238,6 +229,22 @@ def head_scores(
     if ablate is not None:
         _ablate_each(model, framing, pairs, report, ablate, dict(hooks or {}))
     return report
+
+
+def _patterns(
+    framing: Framing, example: _Example, attention_name: str, query_ids: torch.Tensor, key_ids: torch.Tensor
+) -> dict[str, torch.Tensor]:
+    """The patterns that apply to one attention map of one example, {name: (T_q, T_k) bool}:
+    the generic ones, and the task's alignments that the framing places in this attention."""
+    patterns = token_patterns(query_ids, key_ids, same_sequence=query_ids is key_ids)
+    stack, _, kind = attention_name.split(".")
+    for name, alignment in framing.alignments(example.source, example.target, len(query_ids), len(key_ids)).items():
+        if (alignment.stack, alignment.kind) == (stack, kind) and alignment.pairs:
+            mask = torch.zeros(len(query_ids), len(key_ids), dtype=torch.bool)
+            queries, keys = zip(*alignment.pairs, strict=True)
+            mask[list(queries), list(keys)] = True
+            patterns[name] = mask
+    return patterns
 
 
 def _held_out_examples(framing: Framing, pairs: Pairs) -> Iterator[tuple[Batch, list[_Example]]]:
@@ -265,7 +272,8 @@ def _maps(
     cache: dict[str, torch.Tensor], example: _Example
 ) -> dict[str, tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
     """Each attention's weights for one example without padding, (H, T_q, T_k), with the
-    ids its queries and keys read (the same tensor object for self-attention)."""
+    ids its queries and keys read (the same tensor object for self-attention: `_patterns`
+    tells self- from cross-attention by it)."""
     batch, row = example.batch, example.row
     tokens = batch.tokens[row][batch.tokens[row] != PAD_ID]  # (T,) what the model read, unpadded
     source = None if batch.source is None else batch.source[row][batch.source[row] != PAD_ID]  # (S,)
@@ -273,7 +281,7 @@ def _maps(
     for name, weights in cache.items():
         attention_name = name.removesuffix(".pattern")
         query_ids, key_ids = _sides(attention_name, tokens, source)
-        found[attention_name] = (weights[row, :, : len(query_ids), : len(key_ids)].float().cpu(), query_ids, key_ids)
+        found[attention_name] = (weights[row, :, : len(query_ids), : len(key_ids)], query_ids, key_ids)
     return found
 
 
