@@ -128,3 +128,13 @@ def test_bench_logging_times_runs_with_and_without_head_scores(tmp_path):
         assert len(row["off_runs_s"]) == len(row["on_runs_s"]) == 1
         assert row["off_s"] > 0 and row["on_s"] > 0 and row["ratio"] > 0
         assert row["first_ms"] > 0 and row["later_ms"] > 0 and 0 < row["share"] < 1
+
+
+def test_bench_distributed_measures_a_torchrun_job(tmp_path):
+    out = tmp_path / "distributed.json"
+    tiny = ["--shape", '{"d_model": 16, "n_heads": 2, "n_layers": 1, "d_ff": 32}', "--sequence", "4", "--batch", "8"]
+    run_script("scripts/bench_distributed.py", "--only", "torchrun", "--rounds", "1", "--steps", "6", "--log-every",
+               "2", "--quiet-wait", "0", *tiny, "--json", str(out))  # fmt: skip
+    (row,) = json.loads(out.read_text())
+    assert row["contender"] == "torchrun 2 x 1 thread" and (row["processes"], row["threads"]) == (2, 1)
+    assert row["tokens_per_s"] > 0 and len(row["runs"]) == 1

@@ -161,9 +161,46 @@ def train(
     """Train a model; the run folder gets the config, checkpoints, metrics and TensorBoard logs.
 
     Example: tinytf train configs/quickstart.yaml --set train.steps=500
+
+    On N processes: torchrun --nproc-per-node N -m tinytf train CONFIG (the same run, data-parallel)
     """
+    from tinytf.distributed import JobFailed, launched_rank
+    from tinytf.runs import checkpoint_path
+
+    rank = launched_rank()  # None without torchrun
+    try:
+        result = start_training(config, overrides, runs_dir, name, device, resume)
+    except (UserError, OSError):
+        if rank:  # under torchrun, rank 0 says what went wrong: the others stopped on the same error
+            raise typer.Exit(code=2) from None
+        raise
+    except JobFailed as err:  # another process of the torchrun job crashed or was killed
+        typer.echo(f"error: {err}", err=True)
+        raise typer.Exit(code=1) from None
+    if rank:  # only rank 0 reports
+        raise typer.Exit(code=EXIT_INTERRUPTED if result.interrupted else 0)
+    if result.interrupted:
+        if checkpoint_path(result.run_dir, "last").exists():
+            typer.echo(f"interrupted at step {result.step}; checkpoint saved in {result.run_dir}", err=True)
+            typer.echo(f"resume with: {launch_command()} train --resume {result.run_dir}", err=True)
+        else:
+            typer.echo(f"interrupted before the first checkpoint; nothing to resume in {result.run_dir}", err=True)
+        raise typer.Exit(code=EXIT_INTERRUPTED)
+    best = result.best
+    typer.echo(f"run: {result.run_dir}")
+    if best:
+        typer.echo(f"best validation (step {best['step']}): seq_acc {best['seq_acc']:.3f}, "
+                   f"token_acc {best['token_acc']:.3f}, loss {best['loss']:.4f}")  # fmt: skip
+    typer.echo(f'next: tinytf attend "..." --run {result.run_dir}   |   tensorboard --logdir {runs_dir}')
+
+
+def start_training(
+    config: Path | None, overrides: list[str] | None, runs_dir: Path, name: str | None, device: Device | None,
+    resume: Path | None,
+):  # fmt: skip
+    """`train`'s options -> the resolved config -> `tinytf.training.train`; its TrainResult."""
     from tinytf.loggers import ProgressBarLogger
-    from tinytf.runs import CONFIG_FILE, checkpoint_path, resolve_run
+    from tinytf.runs import CONFIG_FILE, resolve_run
     from tinytf.training import train as run_training
 
     if name is not None:
@@ -183,22 +220,20 @@ def train(
     else:
         resolved = load_config(config, overrides)
         name = name or config.stem
+    return run_training(resolved, runs_dir=runs_dir, name=name or "run", resume=resume,
+                        loggers=[ProgressBarLogger(resolved.train.steps)])  # fmt: skip
 
-    result = run_training(resolved, runs_dir=runs_dir, name=name or "run", resume=resume,
-                          loggers=[ProgressBarLogger(resolved.train.steps)])  # fmt: skip
-    if result.interrupted:
-        if checkpoint_path(result.run_dir, "last").exists():
-            typer.echo(f"interrupted at step {result.step}; checkpoint saved in {result.run_dir}", err=True)
-            typer.echo(f"resume with: tinytf train --resume {result.run_dir}", err=True)
-        else:
-            typer.echo(f"interrupted before the first checkpoint; nothing to resume in {result.run_dir}", err=True)
-        raise typer.Exit(code=EXIT_INTERRUPTED)
-    best = result.best
-    typer.echo(f"run: {result.run_dir}")
-    if best:
-        typer.echo(f"best validation (step {best['step']}): seq_acc {best['seq_acc']:.3f}, "
-                   f"token_acc {best['token_acc']:.3f}, loss {best['loss']:.4f}")  # fmt: skip
-    typer.echo(f'next: tinytf attend "..." --run {result.run_dir}   |   tensorboard --logdir {runs_dir}')
+
+def launch_command() -> str:
+    """How this process was started, to say how to resume: `tinytf`, or torchrun's line."""
+    from tinytf.distributed import Launch
+
+    launch = Launch.from_environment()
+    if launch is None:
+        return "tinytf"
+    if launch.local_world_size != launch.world_size:  # several machines
+        return "torchrun <the same options, on every machine> -m tinytf"
+    return f"torchrun --nproc-per-node {launch.world_size} -m tinytf"
 
 
 def check_run_name(name: str, runs_dir: Path) -> None:

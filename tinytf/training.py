@@ -17,6 +17,12 @@ Ctrl-C (SIGINT) asks the loop to stop at the end of the current step; it saves
 last.pt and returns with `interrupted=True`. A second Ctrl-C stops at once.
 `train(config, resume=run_dir)` continues exactly where last.pt left off: same
 weights, optimizer moments, schedule, random streams and step.
+
+Under torchrun (`torchrun --nproc-per-node N -m tinytf train CONFIG`) every process runs
+this loop on its share of each global batch; the Trainer's `job` (tinytf/distributed.py)
+splits the batch, sums the gradients and losses, and makes the processes agree on every
+decision, while rank 0 alone evaluates and writes. Without torchrun the job is one
+process and each of its methods the identity.
 """
 
 from __future__ import annotations
@@ -37,8 +43,9 @@ from tinytf.attend import attention_report
 from tinytf.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from tinytf.config import Config, LogConfig, TrainConfig
 from tinytf.data import TaskData
+from tinytf.distributed import Job, OneProcess, join_job
 from tinytf.errors import ConfigError, UserError, first_line
-from tinytf.evaluate import Correct, evaluate, scored_loss
+from tinytf.evaluate import Correct, evaluate
 from tinytf.experiment import check_config, check_unchanged, load_run_config, save_config
 from tinytf.framing import Framing, get_framing
 from tinytf.heads import head_scores
@@ -54,11 +61,11 @@ from tinytf.runs import (
     claim,
     create_run_dir,
     exclusive_training,
-    load_task,
     record_data,
     tidy_for_resume,
 )
 from tinytf.tasks import get_task
+from tinytf.tasks.vocab import Vocabulary
 
 N_ATTENTION_SAMPLES = 2  # inputs whose attention maps are logged (the task's showcase first)
 N_TEXT_SAMPLES = 4  # held-out examples whose predictions are logged as text
@@ -121,37 +128,21 @@ def train(
 
     The run folder gets config.yaml, vocab.json, checkpoints, metrics.jsonl and
     TensorBoard events; `loggers` receive the same reports (e.g. a progress bar).
+    Under torchrun every process of the job trains; rank 0 alone reads and writes the
+    run folder and reports to `loggers`.
     """
     check_config(config)
     resume = Path(resume) if resume is not None else None
-    with contextlib.ExitStack() as lock:
-        if resume is not None:
-            # Locked before anything is read, so no other trainer writes meanwhile;
-            # everything is checked before anything is written: a refused resume changes nothing.
-            lock.enter_context(exclusive_training(resume))
-            check_unchanged(load_run_config(resume / CONFIG_FILE), config)
-            check_data(resume, get_task(config.task))
-            state = load_checkpoint(checkpoint_path(resume, "last"))
-            if config.train.steps < state["step"]:
-                raise ConfigError(f"train.steps={config.train.steps}: this run has trained {state['step']} steps "
-                                  f"already; resume with train.steps of at least {state['step']}")  # fmt: skip
-        if resume is None and config.task.path is not None:  # the run keeps working from any folder
-            config = config.model_copy(update={"task": config.task.model_copy(update={"path": _absolute(config)})})
-        trainer = _assemble(config, resume, loggers)
-        task = trainer.framing.task
-        if resume is not None:
+    if resume is None and config.task.path is not None:  # the run keeps working from any folder
+        config = config.model_copy(update={"task": config.task.model_copy(update={"path": _absolute(config)})})
+    with join_job(config.train.device) as job, contextlib.ExitStack() as lock:  # lock: rank 0's, on the run
+        state, vocab = None, None
+        if resume is not None:  # rank 0 checks the run and reads its state; a problem is every process's error
+            state, vocab = job.on_main(lambda: _open_for_resume(resume, config, lock))
+        trainer = _assemble(config, vocab, loggers if job.is_main else (), job)
+        if state is not None:
             trainer.load_state_dict(state)
-            tidy_for_resume(resume, trainer.step)
-        else:  # only now, once the config and the task's data have proven usable
-            trainer.run_dir = create_run_dir(runs_dir, name)
-            lock.enter_context(exclusive_training(trainer.run_dir))
-            task.vocab.save(trainer.run_dir / VOCAB_FILE)
-            record_data(trainer.run_dir, task)
-        run_dir = trainer.run_dir
-        claim(run_dir)
-        lock.callback((run_dir / PID_FILE).unlink, missing_ok=True)
-        save_config(config, run_dir / CONFIG_FILE)  # after a resume: the config it continues with
-        trainer.loggers[:0] = [MetricsFileLogger(run_dir / METRICS_FILE), TensorBoardLogger(run_dir, config)]
+        trainer.run_dir = job.on_main(lambda: _prepare_run_dir(trainer, config, resume, runs_dir, name, lock))
         return trainer.run()
 
 
@@ -159,16 +150,56 @@ def _absolute(config: Config) -> str:
     return str(Path(config.task.path).resolve())
 
 
-def _assemble(config: Config, resume: Path | None, loggers: Sequence[Logger]) -> Trainer:
-    """A Trainer for `config`: its task (with the run's saved vocabulary when resuming),
+def _open_for_resume(run_dir: Path, config: Config, lock: contextlib.ExitStack) -> tuple[dict, Vocabulary]:
+    """The run's last state and vocabulary, once `config` is known to continue it. The run
+    is locked before anything is read, so no other trainer writes meanwhile; everything is
+    checked before anything is written: a refused resume changes nothing."""
+    lock.enter_context(exclusive_training(run_dir))
+    check_unchanged(load_run_config(run_dir / CONFIG_FILE), config)
+    check_data(run_dir, get_task(config.task))
+    state = load_checkpoint(checkpoint_path(run_dir, "last"))
+    if config.train.steps < state["step"]:
+        raise ConfigError(f"train.steps={config.train.steps}: this run has trained {state['step']} steps "
+                          f"already; resume with train.steps of at least {state['step']}")  # fmt: skip
+    return state, Vocabulary.load(run_dir / VOCAB_FILE)
+
+
+def _assemble(config: Config, vocab: Vocabulary | None, loggers: Sequence[Logger], job: Job) -> Trainer:
+    """A Trainer for `config`: its task (with `vocab`, a resumed run's saved vocabulary),
     data, framing and freshly initialised model."""
-    device = select_device(config.train.device)
-    torch.manual_seed(config.seed)  # the model's initial weights
-    task = load_task(resume, config) if resume is not None else get_task(config.task)
+    # A torchrun job has agreed on its processes' devices; one process picks as train.device says.
+    device = job.device if job.device is not None else select_device(config.train.device)
+    torch.manual_seed(config.seed)  # the model's initial weights: the same in every process
+    task = get_task(config.task)
+    if vocab is not None:
+        task.vocab = vocab
     data = TaskData(task, config.seed, config.task.eval_size)
     model = build_model(config, vocab_size=len(task.vocab)).to(device)
+    job.own_random_stream(config.seed)
     framing = get_framing(task, config.model.arch)
-    return Trainer(model, framing, data, config.train, config.log, loggers, device=device, run_dir=resume)
+    return Trainer(model, framing, data, config.train, config.log, loggers, device=device, job=job)
+
+
+def _prepare_run_dir(
+    trainer: Trainer, config: Config, resume: Path | None, runs_dir: str | Path, name: str, lock: contextlib.ExitStack
+) -> Path:
+    """The run folder, locked and claimed, with its config, vocabulary and file loggers
+    (rank 0's work): a new one, only now that the config and the task's data have proven
+    usable, or the resumed one, tidied up to its last checkpoint."""
+    task = trainer.framing.task
+    if resume is not None:
+        run_dir = resume
+        tidy_for_resume(run_dir, trainer.step)
+    else:
+        run_dir = create_run_dir(runs_dir, name)
+        lock.enter_context(exclusive_training(run_dir))
+        task.vocab.save(run_dir / VOCAB_FILE)
+        record_data(run_dir, task)
+    claim(run_dir)
+    lock.callback((run_dir / PID_FILE).unlink, missing_ok=True)
+    save_config(config, run_dir / CONFIG_FILE)  # after a resume: the config it continues with
+    trainer.loggers[:0] = [MetricsFileLogger(run_dir / METRICS_FILE), TensorBoardLogger(run_dir, config)]
+    return run_dir
 
 
 class Trainer:
@@ -178,6 +209,7 @@ class Trainer:
         clipping, evaluation and checkpoint intervals, early stopping, compile).
     log: how often to log metrics and attention maps.
     run_dir: where checkpoints go (checkpoints/last.pt and best.pt); None keeps none.
+    job: the processes training together (`tinytf.distributed.join_job`); default: this one alone.
     """
 
     def __init__(
@@ -191,7 +223,10 @@ class Trainer:
         *,
         device: torch.device | str = "cpu",
         run_dir: Path | None = None,
+        job: Job | None = None,
     ) -> None:
+        self.job = job if job is not None else OneProcess()
+        self.job.check_batch_size(settings.batch_size)
         self.model, self.framing, self.data = model, framing, data
         self.settings, self.log, self.loggers = settings, log, list(loggers)
         self.device, self.run_dir = torch.device(device), run_dir
@@ -210,12 +245,15 @@ class Trainer:
         start_step = self.step
         for logger in self.loggers:
             logger.start(self.run_dir, start_step)
-        step_model = torch.compile(self.model) if self.settings.compile else self.model
         window = self.window
         interrupted, diverged = False, None
         self.model.train()
         try:
-            self._loop(step_model, window)
+            with self.job.noticing_failures():  # under torchrun: another process gone is a JobFailed
+                step_model = self.job.wrap(self.model)  # under torchrun: DistributedDataParallel
+                if self.settings.compile:
+                    step_model = torch.compile(step_model)
+                self._loop(step_model, window)
         except _Interrupted:
             interrupted = True
         except KeyboardInterrupt:  # a second Ctrl-C: stop now; last.pt keeps the last whole state
@@ -241,14 +279,15 @@ class Trainer:
     def _loop(self, step_model: nn.Module, window: _ThroughputWindow) -> None:
         """Train until settings.steps, an early stop, or Ctrl-C (raises _Interrupted once saved)."""
         settings, log = self.settings, self.log
-        with _stop_on_sigint() as stop_requested:
+        with _stop_on_signals(self.job.stop_signals) as stop_requested:
             while self.step < settings.steps:
                 logits, labels, grad_norm = self._train_step(step_model, window)
                 self.step += 1
                 step = self.step
                 finishing = step == settings.steps
                 if step % log.every == 0 or finishing:
-                    values = window.summary(logits, labels, grad_norm, self._lr())
+                    correct = self.job.total(Correct.count(logits, labels))  # over every process's rows
+                    values = window.summary(correct, grad_norm, self._lr())
                     for logger in self.loggers:
                         logger.metrics(step, "train", values)
                 if step % settings.eval_every == 0 or finishing:
@@ -261,19 +300,20 @@ class Trainer:
                     logger.step(step)
                 if finishing:
                     return
-                if stop_requested():  # Ctrl-C: save at this step boundary and leave
+                if self.job.any(stop_requested()):  # Ctrl-C (in any process): save at this step boundary, leave
                     self._checkpoint("last")
                     raise _Interrupted
 
     def _train_step(self, step_model: nn.Module, window: _ThroughputWindow):
         """One optimisation step; returns its logits, labels and gradient norm (for logging)."""
-        batch = self.framing.frame(self.data.train_pairs(self.settings.batch_size))
-        window.count_tokens(batch.n_tokens)
-        batch = batch.to(self.device)
+        batch = self.framing.frame(self.data.train_pairs(self.settings.batch_size))  # every process draws it
+        window.count_tokens(batch.n_tokens)  # all processes' tokens
+        rows = self.job.shard(batch).to(self.device)  # this process's share (all of it in one process)
         with _autocast(self.device):
-            logits = step_model(**batch.model_inputs())
-            loss = scored_loss(logits.float(), batch.labels)
-        loss.backward()
+            logits = step_model(**rows.model_inputs())
+            loss = self.job.share_of_loss(logits.float(), rows.labels, batch.labels)
+        loss.backward()  # under torchrun, DDP sums the gradients: every process holds the batch's
+        loss = self.job.sum(loss.detach())  # the batch's loss, in every process
         # The gradient norm, clipped to train.grad_clip when set; measured either way, so that
         # a non-finite gradient is caught before it reaches the weights.
         max_norm = self.settings.grad_clip if self.settings.grad_clip is not None else float("inf")
@@ -282,8 +322,8 @@ class Trainer:
         self.optimizer.step()
         self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
-        window.add_loss(loss.detach())
-        return logits.detach(), batch.labels, grad_norm
+        window.add_loss(loss)
+        return logits.detach(), rows.labels, grad_norm
 
     def _stop_if_diverged(self, loss: torch.Tensor, grad_norm: torch.Tensor | None) -> None:
         """Raise `TrainingDiverged` before a non-finite loss or gradient reaches the weights."""
@@ -298,24 +338,33 @@ class Trainer:
             )
 
     def _validate(self, tokens_per_s: float) -> bool:
-        """Score the held-out set, keep the best checkpoint; True if training should stop."""
-        self.final = evaluate(self.model, self.framing, self.data.held_out)
-        values = {**self.final, "lr": self._lr(), "tokens_per_s": tokens_per_s}
-        predictions = _predictions_markdown(self.model, self.framing, self.data)
-        for logger in self.loggers:
-            logger.metrics(self.step, "val", values)
-            if predictions:
-                logger.text(self.step, "predictions", predictions)
-        score = [self.final["seq_acc"], -self.final["loss"]]
-        if self.best_score is None or score > self.best_score:
-            self.best_score, self.best = score, {**self.final, "step": self.step}
+        """Score the held-out set, keep the best checkpoint; True if training should stop.
+        (Under torchrun rank 0 scores it, and tells the other processes what it decided.)"""
+        improved = stop = False
+        if self.job.is_main:
+            self.final = evaluate(self.model, self.framing, self.data.held_out)
+            values = {**self.final, "lr": self._lr(), "tokens_per_s": tokens_per_s}
+            predictions = _predictions_markdown(self.model, self.framing, self.data)
+            for logger in self.loggers:
+                logger.metrics(self.step, "val", values)
+                if predictions:
+                    logger.text(self.step, "predictions", predictions)
+            score = [self.final["seq_acc"], -self.final["loss"]]
+            improved = self.best_score is None or score > self.best_score
+            if improved:
+                self.best_score, self.best = score, {**self.final, "step": self.step}
+            stop_at = self.settings.stop_at_accuracy
+            stop = stop_at is not None and self.final["seq_acc"] >= stop_at
+        improved, stop = self.job.from_main((improved, stop))
+        if improved:
             self._checkpoint("best")
-        stop_at = self.settings.stop_at_accuracy
-        return stop_at is not None and self.final["seq_acc"] >= stop_at
+        return stop
 
     def _log_attention(self) -> None:
         """The attention maps of the fixed samples, then (log.head_scores) every head's
-        pattern scores on the first N_HEAD_SCORE_INPUTS held-out examples."""
+        pattern scores on the first N_HEAD_SCORE_INPUTS held-out examples (rank 0's work)."""
+        if not self.job.is_main:
+            return
         for sample, text, target in _attention_samples(self.framing, self.data):
             report = attention_report(self.model, self.framing, text, target)
             for logger in self.loggers:
@@ -331,11 +380,15 @@ class Trainer:
 
     def state_dict(self) -> dict:
         """Everything a resumed run needs to continue exactly: weights, optimizer moments,
-        schedule, random streams, step and best score."""
+        schedule, random streams, step and best score. Under torchrun every process must
+        call it (it gathers their dropout streams, kept as rng["torch_by_rank"])."""
+        streams = self.job.gather(torch.get_rng_state())  # [this process's] without torchrun
+        rng = {"torch": streams[0], "data": self.data.state_dict()["generator"]}
+        if len(streams) > 1:
+            rng["torch_by_rank"] = streams
         return {
             "step": self.step, "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
-            "scheduler": self.scheduler.state_dict(), "best_score": self.best_score, "best": self.best,
-            "rng": {"torch": torch.get_rng_state(), "data": self.data.state_dict()["generator"]},
+            "scheduler": self.scheduler.state_dict(), "best_score": self.best_score, "best": self.best, "rng": rng,
             # the loss summed since the last log, so a resumed run logs the same averages
             "window": {"loss_sum": self.window.loss_sum.item(), "steps": self.window.steps},
         }  # fmt: skip
@@ -360,6 +413,9 @@ class Trainer:
                     return found
             if not all(isinstance(state["rng"].get(key), torch.Tensor) for key in ("torch", "data")):
                 return "'rng' should hold the tensors 'torch' and 'data'"
+            by_rank = state["rng"].get("torch_by_rank", [])
+            if not isinstance(by_rank, list) or not all(isinstance(stream, torch.Tensor) for stream in by_rank):
+                return "'rng'.'torch_by_rank' should be a list of tensors"
             best, best_score = state["best"], state["best_score"]
             if best_score is not None and not isinstance(best_score, list | tuple):
                 return "'best_score' should be None or two numbers"
@@ -387,7 +443,7 @@ class Trainer:
             "model": lambda: self.model.load_state_dict(state["model"]),
             "optimizer": load_optimizer,
             "scheduler": lambda: self.scheduler.load_state_dict(state["scheduler"]),
-            "rng": lambda: (torch.set_rng_state(state["rng"]["torch"]),
+            "rng": lambda: (self._load_dropout_stream(state["rng"]),
                             self.data.load_state_dict({"generator": state["rng"]["data"]})),
         }  # fmt: skip
         for part, load in parts.items():
@@ -408,12 +464,22 @@ class Trainer:
             self.window.loss_sum.fill_(window["loss_sum"])
             self.window.steps = window["steps"]
 
+    def _load_dropout_stream(self, rng: dict) -> None:
+        """This process's stream of random numbers (dropout masks), as saved. A process of
+        a torchrun job bigger than the one that saved it keeps its fresh stream."""
+        streams = rng.get("torch_by_rank") or [rng["torch"]]
+        if self.job.rank < len(streams):
+            torch.set_rng_state(streams[self.job.rank])
+
     def _checkpoint(self, which: str) -> None:
+        """Write checkpoints/<which>.pt (rank 0; under torchrun every process takes part)."""
         if self.run_dir is None:
             return
+        state = self.state_dict()
         path = checkpoint_path(self.run_dir, which)
         try:
-            save_checkpoint(self.state_dict(), path)
+            if self.job.is_main:
+                save_checkpoint(state, path)
         except OSError as err:  # a full disk, most likely: the previous checkpoint is intact
             kept = f"checkpoints/last.pt still holds step {self.saved_step}" if self.saved_step else "no checkpoint yet"
             raise UserError(f"cannot write {path} ({err.strerror or err}); {kept}") from None
@@ -446,10 +512,10 @@ class _ThroughputWindow:
         self.loss_sum += loss
         self.steps += 1
 
-    def summary(self, logits, labels, grad_norm, lr: float) -> dict[str, float]:
-        """The window's metrics (token/seq accuracy from its last batch); starts a new window."""
+    def summary(self, correct: Correct, grad_norm, lr: float) -> dict[str, float]:
+        """The window's metrics (token/seq accuracy: `correct`, of its last batch); starts a new window."""
         self.tokens_per_s = self.tokens / max(time.perf_counter() - self.start, 1e-9)
-        values = {"loss": float(self.loss_sum) / max(self.steps, 1), **Correct.count(logits, labels).rates(), "lr": lr,
+        values = {"loss": float(self.loss_sum) / max(self.steps, 1), **correct.rates(), "lr": lr,
                   "tokens_per_s": self.tokens_per_s}  # fmt: skip
         if grad_norm is not None:
             values["grad_norm"] = float(grad_norm)
@@ -489,21 +555,23 @@ def _predictions_markdown(model: nn.Module, framing: Framing, data: TaskData) ->
 
 
 @contextlib.contextmanager
-def _stop_on_sigint() -> Iterator:
-    """While active, the first Ctrl-C only raises a flag (the loop stops at the end of its
+def _stop_on_signals(signals: Sequence[signal.Signals]) -> Iterator:
+    """While active, the first Ctrl-C (or another of `signals`: SIGTERM too under torchrun,
+    which forwards what it gets) only raises a flag (the loop stops at the end of its
     step); a second one interrupts at once. Yields a function that reads the flag."""
     requested = threading.Event()
     if threading.current_thread() is not threading.main_thread():
         yield requested.is_set
         return
 
-    def on_sigint(signum, frame):
+    def on_signal(signum, frame):
         if requested.is_set():
             raise KeyboardInterrupt
         requested.set()
 
-    previous = signal.signal(signal.SIGINT, on_sigint)
+    previous = {number: signal.signal(number, on_signal) for number in signals}
     try:
         yield requested.is_set
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for number, handler in previous.items():
+            signal.signal(number, handler)

@@ -1,0 +1,323 @@
+"""Training on several processes with torchrun (issue 13). A 2-process job of the tiny config
+follows the 1-process trajectory (gradients, losses, early stop), writes one run folder from
+rank 0 alone, resumes exactly after every process was killed, stops cleanly on Ctrl-C, and
+fails within seconds, in one line, when a process fails or the config cannot be split.
+
+Every job is `python -m torch.distributed.run --standalone --nproc-per-node 2` as a
+subprocess, each process with one thread (the machine has two cores). Where a test must
+reach inside a process (to read its gradients, or to make it crash or pause), torchrun runs
+a small script that patches tinytf, then runs the CLI exactly as `-m tinytf` would.
+"""
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import SUBPROCESS_ENV, read_metrics, tiny_config, tiny_data, write_config
+
+from tinytf.checkpoint import load_checkpoint
+from tinytf.distributed import threads_per_process, user_threads
+from tinytf.loggers import NullLogger
+from tinytf.runs import checkpoint_path, load_run
+from tinytf.training import train
+
+TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
+
+# A script for torchrun: `capture.py OUT.pt CLI-ARGS...` collects, per step, every parameter's
+# gradient as clipping receives it (all-reduced under torchrun); rank 0 saves them to OUT.pt.
+CAPTURE_GRADIENTS = """
+import atexit, os, sys, torch
+gradients, out = [], sys.argv.pop(1)
+_clip = torch.nn.utils.clip_grad_norm_
+def _capture(parameters, *args, **kwargs):
+    parameters = list(parameters)
+    gradients.append([p.grad.clone() for p in parameters])
+    return _clip(parameters, *args, **kwargs)
+torch.nn.utils.clip_grad_norm_ = _capture
+if os.environ["RANK"] == "0":
+    atexit.register(lambda: torch.save(gradients, out))
+"""
+RUN_CLI = """
+import sys
+from tinytf.cli import main
+sys.argv = ["tinytf", *sys.argv[1:]]
+main()
+"""
+
+# The config of the trajectory test: no dropout (each process draws its own masks, so with
+# dropout no two runs on different process counts can be equal), and a learning rate at
+# which 10% of the held-out answers are exact at step 50 of 300.
+EQUAL = {"model": {"dropout": 0.0},
+         "train": {"steps": 300, "eval_every": 10, "lr": 0.01, "batch_size": 16, "stop_at_accuracy": 0.1},
+         "log": {"every": 1, "attention_every": 1000}}  # fmt: skip
+
+
+def torchrun(*args, cwd, timeout=120, **popen):
+    """Run a 2-process torchrun job to its end; its CompletedProcess (text output)."""
+    return subprocess.run([*TORCHRUN, *map(str, args)], cwd=cwd, env=SUBPROCESS_ENV, capture_output=True, text=True,
+                          timeout=timeout, **popen)  # fmt: skip
+
+
+def script(folder, name, *parts):
+    path = Path(folder) / name
+    path.write_text("\n".join(textwrap.dedent(part) for part in parts))
+    return path
+
+
+def gradient_differences(expected, actual):
+    """Per step, the largest ||g_N - g_1|| / ||g_1|| over the parameter tensors."""
+    return [max(float((b - a).norm() / a.norm()) for a, b in zip(one, other, strict=True))
+            for one, other in zip(expected, actual, strict=True)]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def equal_runs(tmp_path_factory):
+    """The trajectory config trained by one process (in this one) and by a torchrun job of two
+    (through the CLI), each with every step's gradient as clipping received it."""
+    folder = tmp_path_factory.mktemp("equal")
+    one = []
+    real_clip = torch.nn.utils.clip_grad_norm_
+
+    def capture(parameters, *args, **kwargs):
+        parameters = list(parameters)
+        one.append([p.grad.clone() for p in parameters])
+        return real_clip(parameters, *args, **kwargs)
+
+    torch.nn.utils.clip_grad_norm_ = capture
+    try:
+        single = train(tiny_config(**EQUAL), runs_dir=folder / "one")
+    finally:
+        torch.nn.utils.clip_grad_norm_ = real_clip
+
+    config = write_config(folder, tiny_data(**EQUAL))
+    runner = script(folder, "capture.py", CAPTURE_GRADIENTS, RUN_CLI)
+    start = time.perf_counter()
+    job = torchrun(runner, folder / "grads.pt", "train", config, "--runs-dir", folder / "two", cwd=folder)
+    seconds = time.perf_counter() - start
+    assert job.returncode == 0, job.stderr[-3000:]
+    return {"folder": folder, "single": single, "one": one, "two": torch.load(folder / "grads.pt"), "job": job,
+            "seconds": seconds}  # fmt: skip
+
+
+def test_two_processes_sum_to_the_one_process_gradient(equal_runs):
+    one, two = equal_runs["one"], equal_runs["two"]
+    assert len(one) == len(two) == 50
+    differences = gradient_differences(one, two)
+    assert differences[0] < 1e-5  # the same weights, the same global batch: 2e-7 measured
+    # Later, the weights themselves differ by rounding (AdamW turns the noise of gradients that
+    # should be 0 into whole steps), and so do their gradients a little more: 8e-6 by step 50.
+    assert max(differences) < 1e-4, differences
+
+
+def test_two_processes_follow_the_one_process_losses_and_stop_at_the_same_step(equal_runs):
+    single = equal_runs["single"]
+    (run_dir,) = (equal_runs["folder"] / "two").iterdir()
+    one, two = read_metrics(single.run_dir), read_metrics(run_dir)
+    assert [(r["step"], r["split"]) for r in one] == [(r["step"], r["split"]) for r in two]
+    assert single.step == 50 and max(r["step"] for r in two) == 50  # stopped early, both processes
+    for expected, actual in zip(one, two, strict=True):
+        assert actual["loss"] == pytest.approx(expected["loss"], rel=1e-4), (expected, actual)
+        if expected["split"] == "train":  # accuracies counted over both processes' rows
+            assert actual["token_acc"] == pytest.approx(expected["token_acc"], abs=1e-6)
+    assert load_checkpoint(checkpoint_path(run_dir, "last"))["step"] == 50
+
+
+def test_rank_0_alone_writes_one_run_folder_and_reports(equal_runs):
+    folder, job = equal_runs["folder"], equal_runs["job"]
+    (run_dir,) = (folder / "two").iterdir()
+    files = sorted(str(path.relative_to(run_dir)) for path in run_dir.rglob("*") if path.is_file())
+    events = [name for name in files if name.startswith("events.out.tfevents.")]
+    assert len(events) == 1  # one TensorBoard writer: rank 0's
+    assert [name for name in files if name not in events] == [
+        "checkpoints/best.pt", "checkpoints/last.pt", "config.yaml", "metrics.jsonl", "vocab.json"
+    ]  # fmt: skip
+    assert sorted(path.name for path in folder.iterdir()) == ["capture.py", "grads.pt", "one", "tiny.yaml", "two"]
+    assert job.stdout.count("run: ") == 1 and "best validation" in job.stdout
+    # The checkpoint holds the bare model (no DDP "module." prefix): any command reads it.
+    state = load_checkpoint(checkpoint_path(run_dir, "best"))
+    assert not any(name.startswith("module.") for name in state["model"])
+    assert load_run(run_dir).step == state["step"]  # loads every weight by its name
+
+
+def test_a_torchrun_run_resumes_in_one_process(equal_runs, tmp_path):
+    (run_dir,) = (equal_runs["folder"] / "two").iterdir()
+    copy = tmp_path / "copy"
+    subprocess.run(["cp", "-r", str(run_dir), str(copy)], check=True)
+    config = tiny_config(**{**EQUAL, "train": {**EQUAL["train"], "stop_at_accuracy": None, "steps": 54}})
+    result = train(config, resume=copy)
+    assert result.step == 54 and read_metrics(copy)[-1]["step"] == 54
+
+
+def kill_all(pids):
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+
+
+def wait_for(path, process, timeout=60):
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        assert process.poll() is None, process.communicate()[1][-3000:]
+        assert time.monotonic() < deadline, f"{path} never appeared"
+        time.sleep(0.05)
+
+
+def test_resume_after_every_process_was_killed_equals_the_uninterrupted_job(tmp_path):
+    # With dropout: each process's own random stream must be saved and restored too.
+    data = tiny_data(train={"checkpoint_every": 4}, log={"attention_every": 1000})
+    assert data["model"]["dropout"] > 0
+    config = write_config(tmp_path, data)
+    whole = torchrun("-m", "tinytf", "train", config, "--runs-dir", tmp_path / "whole", cwd=tmp_path)
+    assert whole.returncode == 0, whole.stderr[-3000:]
+
+    # A job that, after step 10 (last.pt: step 8; metrics: up to 10), stops in rank 0: then
+    # every process (the two trainers and torchrun itself) is killed with SIGKILL.
+    pause = """
+        import os, time
+        from pathlib import Path
+        from tinytf.training import Trainer
+        Path(f"pid.{os.environ['RANK']}").write_text(str(os.getpid()))
+        _step = Trainer._train_step
+        def _pausing(self, *args):
+            if self.step == 10 and self.job.is_main:
+                Path("paused").write_text("10")
+                time.sleep(600)
+            return _step(self, *args)
+        Trainer._train_step = _pausing
+    """
+    runner = script(tmp_path, "pause.py", pause, RUN_CLI)
+    command = [*TORCHRUN, str(runner), "train", str(config), "--runs-dir", str(tmp_path / "killed")]
+    job = subprocess.Popen(command, cwd=tmp_path, env=SUBPROCESS_ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True)  # fmt: skip
+    try:
+        wait_for(tmp_path / "paused", job)
+    finally:
+        kill_all([job.pid, *(int((tmp_path / f"pid.{rank}").read_text()) for rank in (0, 1)
+                             if (tmp_path / f"pid.{rank}").exists())])  # fmt: skip
+        job.communicate(timeout=30)
+    (killed,) = (tmp_path / "killed").iterdir()
+    assert load_checkpoint(checkpoint_path(killed, "last"))["step"] == 8
+    assert read_metrics(killed)[-1]["step"] == 10
+
+    resumed = torchrun("-m", "tinytf", "train", "--resume", killed, cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+
+    (uninterrupted,) = (tmp_path / "whole").iterdir()
+    expected, actual = (load_checkpoint(checkpoint_path(run, "last")) for run in (uninterrupted, killed))
+    assert actual["step"] == expected["step"] == 12
+    for name, tensor in expected["model"].items():
+        assert torch.equal(actual["model"][name], tensor), name
+    rows = [[(r["step"], r["split"], r["loss"]) for r in read_metrics(run)] for run in (uninterrupted, killed)]
+    assert rows[1] == rows[0]
+
+
+def test_ctrl_c_saves_once_from_rank_0_and_every_process_exits(tmp_path):
+    data = tiny_data(train={"steps": 100_000, "eval_every": 100_000, "checkpoint_every": 100_000},
+                     log={"every": 20, "attention_every": 100_000})  # fmt: skip
+    config = write_config(tmp_path, data)
+    command = [*TORCHRUN, "-m", "tinytf", "train", str(config), "--runs-dir", str(tmp_path / "runs")]
+    job = subprocess.Popen(command, cwd=tmp_path, env=SUBPROCESS_ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True, start_new_session=True)  # fmt: skip
+    try:
+        deadline = time.monotonic() + 60
+        while not list((tmp_path / "runs").glob("*/metrics.jsonl")):  # training has begun
+            assert job.poll() is None and time.monotonic() < deadline, job.communicate()[1][-3000:]
+            time.sleep(0.05)
+        start = time.perf_counter()
+        job.send_signal(signal.SIGINT)  # what Ctrl-C sends torchrun; it forwards it to every process
+        _, stderr = job.communicate(timeout=60)
+    finally:
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
+    assert time.perf_counter() - start < 15, stderr[-3000:]  # well before torchrun's 30 s grace
+    assert "forcefully exiting" not in stderr
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    step = load_checkpoint(checkpoint_path(run_dir, "last"))["step"]
+    assert 0 < step < 100_000
+    assert stderr.count(f"interrupted at step {step}; checkpoint saved in ") == 1  # rank 0 alone
+    assert f"resume with: torchrun --nproc-per-node 2 -m tinytf train --resume {run_dir}\n" in stderr
+    assert "[rank0]:" not in stderr and "[rank1]:" not in stderr  # no traceback from a trainer (torchrun shows its own)
+
+
+def test_a_process_that_fails_stops_the_job_within_seconds(tmp_path):
+    crash = """
+        from tinytf.training import Trainer
+        _step = Trainer._train_step
+        def _failing(self, *args):
+            if self.step == 3 and self.job.rank == 1:
+                raise RuntimeError("rank 1 fails on purpose")
+            return _step(self, *args)
+        Trainer._train_step = _failing
+    """
+    runner = script(tmp_path, "crash.py", crash, RUN_CLI)
+    config = write_config(tmp_path, tiny_data(train={"steps": 1000}, log={"attention_every": 1000}))
+    start = time.perf_counter()
+    job = torchrun(runner, "train", config, "--runs-dir", tmp_path / "runs", cwd=tmp_path, timeout=60)
+    assert job.returncode != 0
+    assert time.perf_counter() - start < 20  # not the 10 minutes of a collective's timeout
+    assert "rank 1 fails on purpose" in job.stderr
+    assert "error: process 0 of 2 stops: another process of this torchrun job stopped" in job.stderr, job.stderr[-3000:]
+
+
+def test_a_batch_that_cannot_be_shared_is_one_error_line_from_rank_0(tmp_path):
+    config = write_config(tmp_path, tiny_data(train={"batch_size": 9}))
+    job = torchrun("-m", "tinytf", "train", config, "--runs-dir", tmp_path / "runs", cwd=tmp_path)
+    assert job.returncode != 0
+    ours = [line for line in job.stderr.splitlines() if line.startswith("error: ")]
+    assert ours == ["error: train.batch_size=9: the global batch, shared equally by the 2 processes of this "
+                    "torchrun job; use a multiple of 2"]  # fmt: skip
+    assert "[rank0]: Traceback" not in job.stderr and "[rank1]: Traceback" not in job.stderr
+    assert "exitcode  : 2" in job.stderr  # a user error's exit code (torchrun reports the first to stop)
+    assert not (tmp_path / "runs").exists()
+
+
+def test_threads_are_the_users_or_the_cores_shared_out(monkeypatch):
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    assert user_threads() is None
+    cores = len(os.sched_getaffinity(0))
+    assert threads_per_process(1) == cores and threads_per_process(2) == max(1, cores // 2)
+    assert threads_per_process(cores * 4) == 1
+    # The test process was started with the variable set or not; as its launcher's, this
+    # process's OMP_NUM_THREADS counts as the user's exactly when the launcher had one too.
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    launcher_had_it = b"OMP_NUM_THREADS=" in Path(f"/proc/{os.getppid()}/environ").read_bytes()
+    assert user_threads() == (3 if launcher_had_it else None)
+
+
+def test_sigterm_under_torchrun_stops_at_a_step_boundary_and_saves(tmp_path, monkeypatch):
+    # A torchrun job of one process, in this one: SIGTERM (what torchrun forwards when it is
+    # stopped, and what schedulers send) is Ctrl-C's twin there; without torchrun it is not caught.
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    environment = {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1",
+                   "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "OMP_NUM_THREADS": "1"}  # fmt: skip
+    for name, value in environment.items():
+        monkeypatch.setenv(name, value)
+    threads = torch.get_num_threads()
+    try:
+        result = train(tiny_config(), runs_dir=tmp_path, loggers=[SignalAt(5, signal.SIGTERM)])
+    finally:
+        torch.set_num_threads(threads)
+    assert result.interrupted and result.step == 5
+    assert load_checkpoint(checkpoint_path(result.run_dir, "last"))["step"] == 5
+    assert not torch.distributed.is_initialized()  # the job's process group is left behind it
+
+
+class SignalAt(NullLogger):
+    """Sends `signal_number` to this process when training finishes step `at`."""
+
+    def __init__(self, at, signal_number):
+        self.at, self.signal_number = at, signal_number
+
+    def step(self, step):
+        if step == self.at:
+            os.kill(os.getpid(), self.signal_number)
