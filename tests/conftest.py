@@ -20,7 +20,7 @@ from tinytf.config import config_from_dict
 from tinytf.loggers import NullLogger
 
 ROOT = Path(__file__).resolve().parents[1]
-CONFIGS = sorted((ROOT / "configs").glob("*.yaml"))
+CONFIGS = sorted((ROOT / "configs").rglob("*.yaml"))  # configs/rasp/ too
 
 # A subprocess that trains gets one thread: the test process waiting on it holds the other core.
 SUBPROCESS_ENV = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}

@@ -1,11 +1,17 @@
 """Full trainings: the shipped configs reach what the README says. Minutes each, so
 they run on demand only: `python -m pytest -m slow`."""
 
+import sys
+
 import pytest
 from conftest import ROOT
 
 from tinytf.experiment import load_config
 from tinytf.training import train
+
+sys.path.insert(0, str(ROOT / "scripts"))
+
+import rasp_table
 
 # config -> held-out exact-match accuracy it must reach (the README table reports more)
 EXPECTED = {
@@ -66,3 +72,15 @@ def test_one_attention_only_layer_cannot(tmp_path):
     result, report = trained_head_scores("induction-decoder-1layer.yaml", tmp_path)
     assert best_score(report, "induction", layer=0) < 0.8
     assert result.best["loss"] > 1.0
+
+
+@pytest.mark.slow
+@pytest.mark.usefixtures("one_torch_thread")  # as scripts/rasp_table.py measures them
+@pytest.mark.parametrize("path", rasp_table.rasp_configs(), ids=lambda p: p.stem)
+def test_rasp_config_reaches_the_papers_accuracy_within_its_budget(path, tmp_path):
+    """The RASP table (README): each task at the layers x heads its RASP program compiles
+    to (Weiss et al., 2021) reaches its held-out per-token accuracy."""
+    config = load_config(path)
+    assert rasp_table.budget_problem(path.stem, config) is None
+    result = train(config, runs_dir=tmp_path)
+    assert result.best["token_acc"] >= rasp_table.target(path.stem)
