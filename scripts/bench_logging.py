@@ -44,8 +44,9 @@ CONFIGS = [
     ROOT / "configs" / "reverse-decoder.yaml",
     ROOT / "configs" / "sort-decoder.yaml",
     ROOT / "configs" / "sort-encoder-decoder.yaml",
-    ROOT / "configs" / "induction-decoder.yaml",  # measured if it exists
+    ROOT / "configs" / "induction-decoder.yaml",
 ]
+QUICK_CONFIGS = [ROOT / "tinytf" / "quickstart.yaml", ROOT / "configs" / "sort-encoder-decoder.yaml"]  # --quick
 MIN_STEPS = 400
 QUICK = {"train": {"steps": 6, "eval_every": 3}, "log": {"attention_every": 3}, "task": {"eval_size": 64}}
 
@@ -101,7 +102,7 @@ def main() -> None:
     parser.add_argument("--json", type=Path, default=None, help="also write the results as JSON")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    paths = args.configs or ([CONFIGS[0], CONFIGS[3]] if args.quick else [path for path in CONFIGS if path.exists()])
+    paths = args.configs or (QUICK_CONFIGS if args.quick else CONFIGS)
     repeats = 1 if args.quick else args.repeats
 
     configs = {path: bench_config(path, args.quick, args.steps, args.device) for path in paths}

@@ -14,17 +14,12 @@ config's `train.steps` or `stop_at_accuracy`; the 1-layer one is cut at the step
 from __future__ import annotations
 
 import argparse
+import tempfile
 import time
 from pathlib import Path
 
-import torch
-
 import tinytf
-from tinytf.data import TaskData
-from tinytf.framing import get_framing
 from tinytf.loggers import RecordingLogger
-from tinytf.tasks import get_task
-from tinytf.training import Trainer
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = {
@@ -38,20 +33,11 @@ def train_and_record(config_path: Path, every: int, steps: int | None = None) ->
     if steps is not None:
         overrides.append(f"train.steps={steps}")
     config = tinytf.load_config(config_path, overrides=overrides)
-    task = get_task(config.task)
-    torch.manual_seed(config.seed)
     log = RecordingLogger()
-    trainer = Trainer(
-        tinytf.build_model(config),
-        get_framing(task, config.model.arch),
-        TaskData(task, config.seed, config.task.eval_size),
-        config.train,
-        config.log,
-        [log],
-    )
-    start = time.perf_counter()
-    result = trainer.run()
-    seconds = time.perf_counter() - start
+    with tempfile.TemporaryDirectory() as scratch:
+        start = time.perf_counter()
+        result = tinytf.train(config, runs_dir=scratch, loggers=[log])
+        seconds = time.perf_counter() - start
     losses = {step: values["loss"] for step, split, values in log.of("metrics") if split == "val"}
     curves: dict[str, dict[int, float]] = {"induction": {}, "previous": {}}
     for step, report in log.of("heads"):
@@ -60,15 +46,12 @@ def train_and_record(config_path: Path, every: int, steps: int | None = None) ->
             curves[pattern][step] = best.scores[pattern] if best is not None else float("nan")
     final = log.of("heads")[-1][1]
     return {"losses": losses, "curves": curves, "final": final, "result": result, "seconds": seconds,
-            "steps": trainer.step}  # fmt: skip
+            "steps": result.step}  # fmt: skip
 
 
 def best_in_layer(report, pattern: str, layer: int) -> tuple[str, float]:
-    heads = [h for h in report.heads if h.layer == layer and h.scores.get(pattern) is not None]
-    if not heads:
-        return "-", float("nan")
-    head = max(heads, key=lambda h: h.scores[pattern])
-    return head.name, head.scores[pattern]
+    head = report.best(pattern, layer=layer)
+    return ("-", float("nan")) if head is None else (head.name, head.scores[pattern])
 
 
 def draw(runs: dict[str, dict], out: Path) -> None:
@@ -103,7 +86,6 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=ROOT / "docs/induction.png")
     parser.add_argument("--steps", type=int, default=None, help="cap both runs' steps (a quick look)")
     args = parser.parse_args()
-    torch.set_num_threads(max(1, torch.get_num_threads()))
 
     runs = {"2 layers": train_and_record(CONFIGS["2 layers"], args.every, args.steps)}
     one_layer_steps = args.steps or int(runs["2 layers"]["steps"] * 1.5)

@@ -40,14 +40,15 @@ def one_torch_thread():
 
 
 class CtrlCAt(NullLogger):
-    """Presses Ctrl-C (a real SIGINT to this process) when training finishes step `at`."""
+    """Presses Ctrl-C (a real SIGINT to this process; or sends `signal_number`) when training
+    finishes step `at`."""
 
-    def __init__(self, at):
-        self.at = at
+    def __init__(self, at, signal_number=signal.SIGINT):
+        self.at, self.signal_number = at, signal_number
 
     def step(self, step):
         if step == self.at:
-            os.kill(os.getpid(), signal.SIGINT)
+            os.kill(os.getpid(), self.signal_number)
 
 
 def tiny_data(seed=0, **sections):

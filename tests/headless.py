@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 INSTALL = (
-    "install with: apt-get install chromium chromium-driver (Debian's Chromium; "
+    "install with: apt-get install chromium (Debian's Chromium; "
     "or set TINYTF_CHROMIUM to a Chromium binary) and pip install -e '.[dev]' (Playwright)"
 )
 FLAGS = [

@@ -21,11 +21,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import SUBPROCESS_ENV, read_metrics, tiny_config, tiny_data, write_config
+from conftest import SUBPROCESS_ENV, CtrlCAt, read_metrics, tiny_config, tiny_data, write_config
 
 from tinytf.checkpoint import load_checkpoint
 from tinytf.distributed import threads_per_process, user_threads
-from tinytf.loggers import NullLogger
 from tinytf.runs import checkpoint_path, load_run
 from tinytf.training import train
 
@@ -162,11 +161,12 @@ def kill_all(pids):
             os.kill(pid, signal.SIGKILL)
 
 
-def wait_for(path, process, timeout=60):
+def wait_for(ready, process, timeout=60):
+    """Wait until `ready()`, failing if `process` ends or `timeout` seconds pass first."""
     deadline = time.monotonic() + timeout
-    while not path.exists():
+    while not ready():
         assert process.poll() is None, process.communicate()[1][-3000:]
-        assert time.monotonic() < deadline, f"{path} never appeared"
+        assert time.monotonic() < deadline, f"{ready} never came true"
         time.sleep(0.05)
 
 
@@ -198,7 +198,7 @@ def test_resume_after_every_process_was_killed_equals_the_uninterrupted_job(tmp_
     job = subprocess.Popen(command, cwd=tmp_path, env=SUBPROCESS_ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                            text=True)  # fmt: skip
     try:
-        wait_for(tmp_path / "paused", job)
+        wait_for((tmp_path / "paused").exists, job)
     finally:
         kill_all([job.pid, *(int((tmp_path / f"pid.{rank}").read_text()) for rank in (0, 1)
                              if (tmp_path / f"pid.{rank}").exists())])  # fmt: skip
@@ -227,10 +227,7 @@ def test_ctrl_c_saves_once_from_rank_0_and_every_process_exits(tmp_path):
     job = subprocess.Popen(command, cwd=tmp_path, env=SUBPROCESS_ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                            text=True, start_new_session=True)  # fmt: skip
     try:
-        deadline = time.monotonic() + 60
-        while not list((tmp_path / "runs").glob("*/metrics.jsonl")):  # training has begun
-            assert job.poll() is None and time.monotonic() < deadline, job.communicate()[1][-3000:]
-            time.sleep(0.05)
+        wait_for(lambda: any((tmp_path / "runs").glob("*/metrics.jsonl")), job)  # training has begun
         start = time.perf_counter()
         job.send_signal(signal.SIGINT)  # what Ctrl-C sends torchrun; it forwards it to every process
         _, stderr = job.communicate(timeout=60)
@@ -304,20 +301,9 @@ def test_sigterm_under_torchrun_stops_at_a_step_boundary_and_saves(tmp_path, mon
         monkeypatch.setenv(name, value)
     threads = torch.get_num_threads()
     try:
-        result = train(tiny_config(), runs_dir=tmp_path, loggers=[SignalAt(5, signal.SIGTERM)])
+        result = train(tiny_config(), runs_dir=tmp_path, loggers=[CtrlCAt(5, signal.SIGTERM)])
     finally:
         torch.set_num_threads(threads)
     assert result.interrupted and result.step == 5
     assert load_checkpoint(checkpoint_path(result.run_dir, "last"))["step"] == 5
     assert not torch.distributed.is_initialized()  # the job's process group is left behind it
-
-
-class SignalAt(NullLogger):
-    """Sends `signal_number` to this process when training finishes step `at`."""
-
-    def __init__(self, at, signal_number):
-        self.at, self.signal_number = at, signal_number
-
-    def step(self, step):
-        if step == self.at:
-            os.kill(os.getpid(), self.signal_number)

@@ -53,7 +53,7 @@ def trained_head_scores(name, tmp_path):
 
 
 def best_score(report, pattern, layer):
-    return max(h.scores[pattern] for h in report.heads if h.layer == layer and h.scores[pattern] is not None)
+    return report.best(pattern, layer=layer).scores[pattern]
 
 
 @pytest.mark.slow

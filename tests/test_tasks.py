@@ -235,16 +235,18 @@ def test_induction_scores_the_repeat_from_its_second_token():
     task = get_task(task_config("induction", vocab_size=8, min_len=2, max_len=9))
     pairs = task.sample(200, torch.Generator().manual_seed(1))
     batch = get_framing(task, "decoder").frame(pairs)
+    given = task.given_lengths(pairs)
     for i in range(len(pairs)):
         sequence = pairs.example(i)[1]  # <bos> x1..xL x1..xL
         length = (len(sequence) - 1) // 2
+        assert sequence[1 : length + 1] == sequence[length + 1 :]  # a sequence, then the same again
+        assert int(given[i]) == length + 2  # <bos>, the first copy, the repeat's first token
         labels = batch.labels[i].tolist()
         # Position j reads token j and predicts token j + 1: repeat token k (1-based) is
         # token L + k, predicted at position L + k - 1; scored for k = 2..L only.
         scored = {j: sequence[j + 1] for j in range(length + 1, 2 * length)}
         assert {j: label for j, label in enumerate(labels) if label != IGNORE} == scored
         assert batch.tokens[i, : 2 * length].tolist() == sequence[:-1]
-    assert task.given_lengths(pairs).tolist() == ((pairs.target_len - 1) // 2 + 2).tolist()
 
 
 def test_induction_sampling_is_seeded():

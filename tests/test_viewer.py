@@ -13,6 +13,7 @@ import pytest
 from conftest import ROOT, assert_user_error, invoke, train_tiny_run
 
 from tinytf.attend import AttentionMap, AttentionReport
+from tinytf.experiment import load_config
 from tinytf.heads import HeadReport, HeadScore
 from tinytf.viewer import MIN_LINE, WEIGHT_SCALE, attention_page, page_data, stored_weights
 
@@ -152,9 +153,10 @@ def test_tokens_cannot_break_out_of_the_data_element():
 
 
 def test_a_page_for_the_quickstart_model_at_its_longest_input_stays_under_a_megabyte():
-    # The quickstart's shape (decoder, 2 layers x 4 heads) at model.max_len = 256 tokens,
-    # with weights as spread as an untrained model's: the largest page it can write.
-    report = made_report([f"w{i}" for i in range(256)], layers=2, heads=4, sharp=1.0)
+    # The quickstart's shape at its model.max_len, with weights as spread as an untrained
+    # model's: the largest page it can write.
+    model = load_config(ROOT / "configs" / "quickstart.yaml").model
+    report = made_report([f"w{i}" for i in range(model.max_len)], layers=model.n_layers, heads=model.n_heads, sharp=1.0)
     size = len(attention_page(report).encode("utf-8"))
     assert size < 1_000_000, size
 

@@ -34,6 +34,7 @@ from tinytf.experiment import describe_tasks, dump_checked_config, load_config, 
 
 if TYPE_CHECKING:
     from tinytf.attend import AttentionReport
+    from tinytf.distributed import Launch
     from tinytf.runs import LoadedRun
     from tinytf.tasks.base import Pairs
 
@@ -164,10 +165,11 @@ def train(
 
     On N processes: torchrun --nproc-per-node N -m tinytf train CONFIG (the same run, data-parallel)
     """
-    from tinytf.distributed import JobFailed, launched_rank
+    from tinytf.distributed import JobFailed, Launch
     from tinytf.runs import checkpoint_path
 
-    rank = launched_rank()  # None without torchrun
+    launch = Launch.from_environment()  # None without torchrun
+    rank = 0 if launch is None else launch.rank
     try:
         result = start_training(config, overrides, runs_dir, name, device, resume)
     except (UserError, OSError):
@@ -182,7 +184,7 @@ def train(
     if result.interrupted:
         if checkpoint_path(result.run_dir, "last").exists():
             typer.echo(f"interrupted at step {result.step}; checkpoint saved in {result.run_dir}", err=True)
-            typer.echo(f"resume with: {launch_command()} train --resume {result.run_dir}", err=True)
+            typer.echo(f"resume with: {launch_command(launch)} train --resume {result.run_dir}", err=True)
         else:
             typer.echo(f"interrupted before the first checkpoint; nothing to resume in {result.run_dir}", err=True)
         raise typer.Exit(code=EXIT_INTERRUPTED)
@@ -224,11 +226,8 @@ def start_training(
                         loggers=[ProgressBarLogger(resolved.train.steps)])  # fmt: skip
 
 
-def launch_command() -> str:
+def launch_command(launch: Launch | None) -> str:
     """How this process was started, to say how to resume: `tinytf`, or torchrun's line."""
-    from tinytf.distributed import Launch
-
-    launch = Launch.from_environment()
     if launch is None:
         return "tinytf"
     if launch.local_world_size != launch.world_size:  # several machines
@@ -650,7 +649,7 @@ def board(
     except Exception as err:  # TensorBoard reports a busy port with its own exception types
         raise UserError(f"cannot start TensorBoard on port {port}: {err}") from None
     typer.echo(f"TensorBoard at {url} (Ctrl-C to stop)")
-    typer.echo('one input\'s attention, offline: tinytf attend "..." --format html, then open attention.html')
+    typer.echo('one input\'s attention, offline: tinytf attend "..." --format html, then open the page it names')
     try:
         while True:
             time.sleep(3600)

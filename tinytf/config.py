@@ -91,6 +91,11 @@ class ConfigProblem(ConfigError):
 Check = Callable[["Config"], None]  # raises ConfigProblem
 
 
+# The longest example, in tokens, a task may produce: data.py fingerprints each example
+# (to keep held-out examples out of training) with this many weights.
+MAX_EXAMPLE_TOKENS = 4096
+
+
 class TaskConfig(Section):
     """Which toy task to train on, and its knobs (`tinytf tasks` lists the tasks and
     the keys each one uses; setting a key the task does not use is an error)."""
@@ -100,10 +105,10 @@ class TaskConfig(Section):
     # them in an (examples x vocab_size) table: at 10,000 its probe batch already takes 300 MB.
     vocab_size: PositiveInt = Field(10, le=10_000)
     # Sequence length range (words, for sentences; text: max_len is the training window).
-    # At most 4094: data.py fingerprints each example with a 4096-entry weight table, and
-    # the widest example is task.max_len + 2 tokens (sentences: <bos> words <eos>).
-    min_len: PositiveInt = Field(4, le=4094)
-    max_len: PositiveInt = Field(12, le=4094)
+    # At most MAX_EXAMPLE_TOKENS - 2 = 4094: the widest example is task.max_len + 2 tokens
+    # (sentences: <bos> words <eos>).
+    min_len: PositiveInt = Field(4, le=MAX_EXAMPLE_TOKENS - 2)
+    max_len: PositiveInt = Field(12, le=MAX_EXAMPLE_TOKENS - 2)
     digits: Annotated[int, Strict(), Field(gt=0, le=18)] = 3  # add: up to this many digits per number
     answer_order: Literal["msd", "lsd"] = "msd"  # add: most- or least-significant digit first
     bos: Bool = False  # encoder: prepend a <bos> position (a place for "global" attention)

@@ -9,6 +9,7 @@ import math
 
 import torch
 
+from tinytf.config import MAX_EXAMPLE_TOKENS
 from tinytf.errors import UserError
 from tinytf.tasks.base import Pairs, Task
 
@@ -94,7 +95,7 @@ def _held_out_seed(seed: int) -> int:
     return (seed * 1_000_003 + 0x5EED) % 2**63  # a different stream for every training seed
 
 
-_HASH_WEIGHTS = torch.randint(-(2**62), 2**62, (4096,), generator=torch.Generator().manual_seed(7))
+_HASH_WEIGHTS = torch.randint(-(2**62), 2**62, (MAX_EXAMPLE_TOKENS,), generator=torch.Generator().manual_seed(7))
 
 
 def example_hashes(pairs: Pairs) -> torch.Tensor:

@@ -39,7 +39,6 @@ from typing import Any, TypeVar
 
 import torch
 import torch.distributed as dist
-import torch.nn.functional as F
 from torch import nn
 
 from tinytf.errors import ConfigError, UserError, first_line
@@ -73,18 +72,21 @@ class Launch:
 
     @classmethod
     def from_environment(cls) -> Launch | None:
-        """This process's place in a torchrun job, or None when torchrun did not start it."""
+        """This process's place in a torchrun job, or None when torchrun did not start it.
+        Left-over variables that torchrun did not set (not numbers, no MASTER_ADDR) are a
+        `UserError`, not a failure deep inside torch.distributed."""
         if not all(name in os.environ for name in TORCHRUN_VARIABLES):
             return None
-        world_size = int(os.environ["WORLD_SIZE"])
-        return cls(int(os.environ["RANK"]), world_size, int(os.environ["LOCAL_RANK"]),
-                   int(os.environ.get("LOCAL_WORLD_SIZE", world_size)))  # fmt: skip
-
-
-def launched_rank() -> int | None:
-    """RANK as torchrun set it, or None without torchrun (for the CLI: only rank 0 prints)."""
-    launch = Launch.from_environment()
-    return None if launch is None else launch.rank
+        try:
+            rank, world_size, local_rank = (int(os.environ[name]) for name in TORCHRUN_VARIABLES)
+            local_world_size = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
+        except ValueError:
+            raise UserError(f"{', '.join(TORCHRUN_VARIABLES)} are set but not whole numbers: start tinytf with "
+                            "torchrun, or unset them") from None  # fmt: skip
+        if missing := [name for name in ("MASTER_ADDR", "MASTER_PORT") if name not in os.environ]:
+            raise UserError(f"{', '.join(TORCHRUN_VARIABLES)} are set but {' and '.join(missing)} not: start "
+                            "tinytf with torchrun, or unset them")  # fmt: skip
+        return cls(rank, world_size, local_rank, local_world_size)
 
 
 class OneProcess:
@@ -205,8 +207,7 @@ class TorchrunJob:
         the scored tokens of the whole batch (`batch_labels`). Summed over the processes:
         the batch's loss, and (through `_sum_gradients`) its gradient."""
         scored = int((batch_labels != IGNORE).sum())
-        summed = F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=IGNORE, reduction="sum")
-        return summed / max(scored, 1)
+        return scored_loss(logits, labels, reduction="sum") / max(scored, 1)
 
     def sum(self, value: torch.Tensor) -> torch.Tensor:
         """`value` summed over the processes (the same on every process)."""

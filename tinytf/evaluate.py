@@ -32,9 +32,10 @@ from tinytf.model.hooks import Hook
 from tinytf.tasks.base import Pairs
 
 
-def scored_loss(logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-    """Mean cross-entropy over positions whose label is not IGNORE. logits (B, T, V), labels (B, T)."""
-    return F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=IGNORE)
+def scored_loss(logits: torch.Tensor, labels: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
+    """Cross-entropy over positions whose label is not IGNORE, their mean (or `reduction="sum"`).
+    logits (B, T, V), labels (B, T)."""
+    return F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=IGNORE, reduction=reduction)
 
 
 @dataclass

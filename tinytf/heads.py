@@ -107,9 +107,10 @@ class HeadReport:
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), ensure_ascii=False, indent=1)
 
-    def best(self, pattern: str) -> HeadScore | None:
-        """The head that scores highest on `pattern` (None if it applies to no head)."""
-        scored = [h for h in self.heads if h.scores.get(pattern) is not None]
+    def best(self, pattern: str, layer: int | None = None) -> HeadScore | None:
+        """The head (of `layer`, or of any) that scores highest on `pattern`; None if the
+        pattern applies to no such head."""
+        scored = [h for h in self.heads if h.scores.get(pattern) is not None and layer in (None, h.layer)]
         return max(scored, key=lambda h: h.scores[pattern], default=None)
 
 
@@ -238,6 +239,8 @@ def _patterns(
     the generic ones, and the task's alignments that the framing places in this attention."""
     patterns = token_patterns(query_ids, key_ids, same_sequence=query_ids is key_ids)
     stack, _, kind = attention_name.split(".")
+    if (stack, kind) != framing.alignment_attention:  # the task's alignments lie in another attention
+        return patterns
     for name, alignment in framing.alignments(example.source, example.target, len(query_ids), len(key_ids)).items():
         if (alignment.stack, alignment.kind) == (stack, kind) and alignment.pairs:
             mask = torch.zeros(len(query_ids), len(key_ids), dtype=torch.bool)

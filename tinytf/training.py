@@ -478,8 +478,7 @@ class Trainer:
         state = self.state_dict()
         path = checkpoint_path(self.run_dir, which)
         try:
-            if self.job.is_main:
-                save_checkpoint(state, path)
+            self.job.on_main(lambda: save_checkpoint(state, path))  # rank 0's error, on every process
         except OSError as err:  # a full disk, most likely: the previous checkpoint is intact
             kept = f"checkpoints/last.pt still holds step {self.saved_step}" if self.saved_step else "no checkpoint yet"
             raise UserError(f"cannot write {path} ({err.strerror or err}); {kept}") from None
@@ -574,4 +573,5 @@ def _stop_on_signals(signals: Sequence[signal.Signals]) -> Iterator:
         yield requested.is_set
     finally:
         for number, handler in previous.items():
-            signal.signal(number, handler)
+            if signal.getsignal(number) is on_signal:  # unless changed meanwhile (JobFailed ignores SIGTERM)
+                signal.signal(number, handler)

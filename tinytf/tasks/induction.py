@@ -26,14 +26,11 @@ more). Few symbols make that common, and slower to learn; a larger task.vocab_si
 
 from __future__ import annotations
 
-from tinytf.config import ConfigProblem
+from tinytf.config import MAX_EXAMPLE_TOKENS, ConfigProblem
 from tinytf.lazy import torch
 from tinytf.tasks.base import LanguageModelTask, Pairs
 from tinytf.tasks.vocab import PAD_ID, SPECIALS, Vocabulary
 
-# data.py fingerprints each example with a 4096-entry weight table (see TaskConfig.max_len),
-# and an example here is <bos> and two copies: 2 * task.max_len + 1 tokens.
-MAX_EXAMPLE_TOKENS = 4096
 SHOWCASE_SYMBOLS = (3, 1, 4, 1, 5)  # the showcase's first copy, modulo task.vocab_size
 
 

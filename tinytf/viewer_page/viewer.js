@@ -76,7 +76,6 @@
   }
 
   const measure = document.createElement("canvas").getContext("2d");
-  measure.font = TOKEN_FONT;
   function widest(tokens, heading = "") {
     measure.font = `bold ${TOKEN_FONT}`;
     const headingWidth = measure.measureText(heading).width;
@@ -111,7 +110,9 @@
     for (const [name, value] of data.facts) add(name, value);
     if (data.source_tokens !== null) add("source tokens", data.source_tokens);
     add(data.source_tokens !== null ? "target tokens" : "tokens", data.tokens);
-    if (data.answer !== null && !data.facts.some(([name]) => name === "answer")) add("answer", data.answer.join(" "));
+    // The facts may name the answer already: the model's ("answer") or one imposed with --target.
+    const named = data.facts.some(([name]) => name === "answer" || name.startsWith("target"));
+    if (data.answer !== null && !named) add("answer", data.answer.join(" "));
     if (data.note) {
       const note = document.getElementById("note");
       note.textContent = data.note;
