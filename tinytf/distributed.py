@@ -306,6 +306,11 @@ def join_job(requested_device: str) -> Iterator[Job]:
     try:
         job = TorchrunJob(launch, requested_device)
         yield job
+        # Leave together. A process that tore its group down while another still held its
+        # connections aborted now and then in C++ ("terminate called without an active
+        # exception"): 3 of 22 two-process jobs here, 0 of 50 with this barrier.
+        with job.noticing_failures():
+            dist.barrier()
     finally:
         if job is not None:
             job.close()
