@@ -138,3 +138,15 @@ def test_bench_distributed_measures_a_torchrun_job(tmp_path):
     (row,) = json.loads(out.read_text())
     assert row["contender"] == "torchrun 2 x 1 thread" and (row["processes"], row["threads"]) == (2, 1)
     assert row["tokens_per_s"] > 0 and len(row["runs"]) == 1
+
+
+def test_bench_inference_measures_predict_and_eval(tmp_path):
+    out = tmp_path / "inference.json"
+    run_script("scripts/bench_inference.py", "--steps", "20", "--inputs", "600", "--rounds", "1", "--threads", "1",
+               "--json", str(out))  # fmt: skip
+    result = json.loads(out.read_text())
+    assert result["inputs"] == 600 and result["threads"] == 1
+    assert set(result["seconds"]) == {"predict, one at a time", "predict, in file order", "predict, shortest first",
+                                      "eval, in order", "eval, shortest first", "predict --file (CLI)"}  # fmt: skip
+    assert all(value > 0 for value in result["seconds"].values())
+    assert result["gflops"] > 0 and result["matmul_gflops"] > 0

@@ -9,13 +9,14 @@ Modules that import torch are imported inside the commands that need them, so
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
 import re
 import stat
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from enum import Enum
 from importlib import resources
 from pathlib import Path
@@ -35,6 +36,7 @@ from tinytf.experiment import describe_tasks, dump_checked_config, load_config, 
 if TYPE_CHECKING:
     from tinytf.attend import AttentionReport
     from tinytf.distributed import Launch
+    from tinytf.framing import Progress
     from tinytf.runs import LoadedRun
     from tinytf.tasks.base import Pairs
 
@@ -516,7 +518,8 @@ def predict(
         if not numbered:
             raise UserError(f"{file}: no inputs (one per line)")
         labels = [f"{file}: line {number}" for number, _ in numbered]
-    answered = predict_answers(loaded.model, loaded.framing, [line for _, line in numbered], labels)
+    with progress_bar(len(numbered), "input") as progress:
+        answered = predict_answers(loaded.model, loaded.framing, [line for _, line in numbered], labels, progress)
     notes = [(number, note) for (number, _), (source, _) in zip(numbered, answered, strict=True)
              if (note := loaded.framing.length_note(loaded.vocab.encode(source)))]  # fmt: skip
     if notes:  # one line, however many inputs: the first, and how many more
@@ -526,12 +529,30 @@ def predict(
         more = f" (and {others} more line{'s' * (others > 1)})" if others else ""
         typer.echo(f"note: {where}{note}{more}", err=True)
     answers = dict(zip([number for number, _ in numbered], answered, strict=True))
+    output = []
     for number in range(1, len(lines) + 1):
         source, answer = answers.get(number, ([], []))
         if output_format is PredictFormat.json:
-            typer.echo(json.dumps({"input": source, "output": answer}, ensure_ascii=False))
+            output.append(json.dumps({"input": source, "output": answer}, ensure_ascii=False))
         else:
-            typer.echo(" ".join(answer))
+            output.append(" ".join(answer))
+    typer.echo("\n".join(output))  # at once: 100,000 separate writes took longer than the answers
+
+
+PROGRESS_FROM = 2_000  # inputs or examples; fewer take about a second, without a bar
+
+
+@contextlib.contextmanager
+def progress_bar(total: int, unit: str) -> Iterator[Progress | None]:
+    """A progress callback drawing a tqdm bar on stderr (stdout holds the answers) while
+    `total` things are worked through, when there are many; None when there are few."""
+    if total < PROGRESS_FROM:
+        yield None
+        return
+    from tqdm import tqdm
+
+    with tqdm(total=total, unit=unit, file=sys.stderr, dynamic_ncols=True, leave=False) as bar:
+        yield bar.update
 
 
 MAX_INPUT_FILE_BYTES = 10_000_000
@@ -590,7 +611,8 @@ def evaluate_run(
 
     loaded = load_chosen_run(run, runs_dir, checkpoint)
     held_out = first_held_out(loaded, n)
-    metrics = evaluate(loaded.model, loaded.framing, held_out)
+    with progress_bar(len(held_out), "example") as progress:
+        metrics = evaluate(loaded.model, loaded.framing, held_out, progress=progress)
     typer.echo(f"run {loaded.run_dir} ({checkpoint.value} checkpoint, step {loaded.step}), "
                f"{len(held_out)} held-out examples")  # fmt: skip
     for key, value in metrics.items():

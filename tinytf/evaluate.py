@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from tinytf.errors import UserError
-from tinytf.framing import IGNORE, Framing, eval_mode
+from tinytf.framing import IGNORE, Framing, Progress, eval_mode
 from tinytf.model.hooks import Hook
 from tinytf.tasks.base import Pairs
 
@@ -63,13 +63,23 @@ class Correct:
 
 
 def evaluate(
-    model: nn.Module, framing: Framing, pairs: Pairs, batch_size: int = 500, hooks: dict[str, Hook] | None = None
+    model: nn.Module,
+    framing: Framing,
+    pairs: Pairs,
+    batch_size: int = 500,
+    hooks: dict[str, Hook] | None = None,
+    progress: Progress | None = None,
 ) -> dict[str, float]:
     """loss, token_acc and seq_acc of `model` on `pairs` (see the module docstring), with
-    `hooks` replacing activations on the way if given (`Transformer.run_with_hooks`)."""
+    `hooks` replacing activations on the way if given (`Transformer.run_with_hooks`).
+    `progress(n)` is called as each batch of n examples is scored."""
     if len(pairs) == 0:
         raise ValueError("evaluate: `pairs` holds no examples; there is nothing to score")
     device = next(model.parameters()).device
+    # Shortest first: each batch is padded to its longest example, and the sums do not
+    # depend on the order (100,000 sort-decoder examples of lengths 4-12, one thread:
+    # 8.3 s instead of 13.8 s; scripts/bench_inference.py).
+    pairs = pairs[torch.argsort(pairs.source_len + pairs.target_len, stable=True)]
     loss_sum = 0.0
     total = Correct(0, 0, 0, 0)
     with eval_mode(model):
@@ -81,16 +91,23 @@ def evaluate(
             correct = Correct.count(logits, batch.labels)
             loss_sum += float(scored_loss(logits, batch.labels)) * correct.scored
             total += correct
+            if progress is not None:
+                progress(len(batch.tokens))
     return {"loss": loss_sum / max(total.scored, 1), **total.rates()}
 
 
 def predict(
-    model: nn.Module, framing: Framing, texts: list[str], labels: list[str] | None = None
+    model: nn.Module,
+    framing: Framing,
+    texts: list[str],
+    labels: list[str] | None = None,
+    progress: Progress | None = None,
 ) -> list[tuple[list[str], list[str]]]:
     """Typed inputs -> (input tokens, the model's answer tokens), answered in batches.
     A language model continues the text (until <eos>, up to LM_CONTINUATION tokens).
     Every input is checked before any is answered; an error names it by its label
-    (default "input N" when there are several; `predict --file` passes "FILE: line N")."""
+    (default "input N" when there are several; `predict --file` passes "FILE: line N").
+    `progress(n)` is called as each batch of n inputs is answered."""
     if labels is None:
         labels = [f"input {number}" for number in range(1, len(texts) + 1)] if len(texts) > 1 else [""] * len(texts)
     sources = []
@@ -99,6 +116,6 @@ def predict(
             sources.append(framing.typed_input(text, model.config.max_len))
         except UserError as err:
             raise UserError(f"{label}: {err}" if label else str(err)) from None
-    answers = framing.answer_typed(model, sources)
+    answers = framing.answer_typed(model, sources, progress=progress)
     vocab = framing.vocab
     return [(vocab.decode(source), vocab.decode(answer)) for source, answer in zip(sources, answers, strict=True)]

@@ -47,7 +47,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
@@ -61,6 +61,12 @@ if TYPE_CHECKING:
 
 IGNORE = -100  # the label of positions the loss skips (torch's cross_entropy default)
 LM_CONTINUATION = 20  # tokens a language model writes after a prompt, at most
+# Typed inputs answered together. On 100,000 sort-decoder inputs, shortest first, on one
+# thread: 125 to 2,000 at a time all took 10-11.5 s; 8,000 took 13.4 s, 100,000 16.5 s
+# (the growing key/value caches no longer fit the CPU's caches).
+ANSWER_BATCH = 500
+
+Progress = Callable[[int], None]  # told how many more inputs are done
 
 
 @dataclass(frozen=True)
@@ -192,17 +198,34 @@ class Framing:
             batch = dataclasses.replace(batch, tokens=batch.tokens[:, :max_len], labels=batch.labels[:, :max_len])
         return batch, answer
 
-    def answer_typed(self, model: nn.Module, sources: list[list[int]], batch_size: int = 500) -> list[list[int]]:
-        """Answers to typed inputs (from `typed_input`), in batches."""
-        answers: list[list[int]] = []
-        for start in range(0, len(sources), batch_size):
-            chunk = sources[start : start + batch_size]
-            width = max(len(s) for s in chunk)
-            source = torch.tensor([s + [PAD_ID] * (width - len(s)) for s in chunk])
-            no_target = torch.zeros(len(chunk), 0, dtype=torch.long)  # (B, 0)
-            lengths = torch.tensor([len(s) for s in chunk])
-            answers += self.answers(model, Pairs(source, lengths, no_target, torch.zeros_like(lengths)))
+    def answer_typed(
+        self,
+        model: nn.Module,
+        sources: list[list[int]],
+        batch_size: int = ANSWER_BATCH,
+        progress: Progress | None = None,
+    ) -> list[list[int]]:
+        """Answers to typed inputs (from `typed_input`), in their order. They are answered
+        shortest first, `batch_size` at a time, so that a batch holds inputs of one or two
+        lengths: little padding, and few separate generation loops (a decoder runs one per
+        prompt length). `progress(n)` is called as each batch of n inputs is answered."""
+        order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
+        answers: list[list[int]] = [[] for _ in sources]
+        for start in range(0, len(order), batch_size):
+            rows = order[start : start + batch_size]
+            for row, answer in zip(rows, self.answer_ids(model, [sources[i] for i in rows]), strict=True):
+                answers[row] = answer
+            if progress is not None:
+                progress(len(rows))
         return answers
+
+    def answer_ids(self, model: nn.Module, sources: list[list[int]]) -> list[list[int]]:
+        """Answers to one batch of typed inputs, given as id lists."""
+        width = max(len(s) for s in sources)
+        source = torch.tensor([s + [PAD_ID] * (width - len(s)) for s in sources])  # (B, S)
+        no_target = torch.zeros(len(sources), 0, dtype=torch.long)  # (B, 0)
+        lengths = torch.tensor([len(s) for s in sources])
+        return self.answers(model, Pairs(source, lengths, no_target, torch.zeros_like(lengths)))
 
     def typed_example(self, pairs: Pairs, i: int) -> tuple[str, str | None]:
         """Example i as a user would type it for `typed_batch`: (text, target or None)."""
@@ -308,7 +331,10 @@ class DecoderFraming(Framing):
         return Batch(tokens, sequence[:, 1:width].masked_fill(~answer, IGNORE))
 
     def answers(self, model: nn.Module, pairs: Pairs) -> list[list[int]]:
-        prompts = [[*pairs.example(i)[0], self.vocab.sep_id] for i in range(len(pairs))]  # source <sep>
+        return self.answer_ids(model, [pairs.example(i)[0] for i in range(len(pairs))])
+
+    def answer_ids(self, model: nn.Module, sources: list[list[int]]) -> list[list[int]]:
+        prompts = [[*source, self.vocab.sep_id] for source in sources]  # source <sep>
         return generate_each(model, prompts, self.task.max_target_len + 1, self.vocab.eos_id)  # answer + <eos>
 
 
@@ -387,7 +413,7 @@ class LanguageModelFraming(Framing):
         ids = self.typed_input(text, model.config.max_len)
         return Batch(torch.tensor([ids]), torch.full((1, len(ids)), IGNORE)), None
 
-    def answer_typed(self, model: nn.Module, sources: list[list[int]], batch_size: int = 500) -> list[list[int]]:
+    def answer_ids(self, model: nn.Module, sources: list[list[int]]) -> list[list[int]]:
         """Each prompt's continuation: until <eos>, at most LM_CONTINUATION tokens, and
         only as far as the model can read (model.max_len tokens, the prompt included)."""
         return generate_each(model, sources, LM_CONTINUATION, self.vocab.eos_id)
