@@ -186,25 +186,12 @@ class HeadScoreImages:
 
     def render(self, report: HeadReport) -> np.ndarray:
         """The figure of `report` as a (height, width, 3) uint8 array."""
-        from matplotlib.backends.backend_agg import FigureCanvasAgg
-
         layout = _grid_layout(report)
         if self._grid is None or layout != self._layout:
             self._grid, self._layout = _ScoreGrid(report), layout
-            self._canvas = FigureCanvasAgg(self._grid.figure)
-            for artist in self._grid.artists():
-                artist.set_animated(True)  # drawn by render(), not by canvas.draw()
-            self._canvas.draw()
-            self._background = self._canvas.copy_from_bbox(self._grid.figure.bbox)
-        grid = self._grid
-        grid.update(report)
-        self._canvas.restore_region(self._background)
-        ax = grid.image.axes
-        for artist in grid.artists():
-            ax.draw_artist(artist)
-        for spine in ax.spines.values():  # the frame goes on top, as in a full draw
-            ax.draw_artist(spine)
-        return np.asarray(self._canvas.buffer_rgba())[:, :, :3].copy()  # (height, width, RGB)
+            self._blit = _Blit(self._grid.figure, self._grid.artists())
+        self._grid.update(report)
+        return self._blit.render()
 
 
 def _grid_layout(report: HeadReport) -> tuple:
@@ -228,42 +215,46 @@ class LayerImages:
     """
 
     def __init__(self) -> None:
-        self._frames: dict[str, _Frame] = {}
+        self._frames: dict[str, tuple[tuple, _Blit]] = {}  # key -> (its labels, its kept figure)
 
     def render(self, key: str, attention: AttentionMap) -> np.ndarray:
         """The figure of `attention` as a (height, width, 3) uint8 array."""
-        frame = self._frames.get(key)
-        if frame is None or frame.labels != _labels(attention):
-            frame = self._frames[key] = _Frame(attention)
-        return frame.render(attention.weights)
+        labels = _labels(attention)
+        kept = self._frames.get(key)
+        if kept is None or kept[0] != labels:
+            figure = layer_figure(attention)
+            kept = self._frames[key] = (labels, _Blit(figure, [ax.images[0] for ax in figure.axes]))
+        blit = kept[1]
+        for heatmap, head_weights in zip(blit.changing, attention.weights, strict=True):  # one per head
+            heatmap.set_data(head_weights)
+        return blit.render()
 
 
 def _labels(attention: AttentionMap) -> tuple:
     return attention.name, attention.first_head, attention.n_heads, attention.query_tokens, attention.key_tokens
 
 
-class _Frame:
-    """One layer figure with its heatmaps left out of the saved background."""
+class _Blit:
+    """A figure drawn once without its `changing` artists and kept as pixels; `render()`
+    pastes those back and draws just the changing artists on them (matplotlib's "blitting")."""
 
-    def __init__(self, attention: AttentionMap) -> None:
+    def __init__(self, figure: Figure, changing: list) -> None:
         from matplotlib.backends.backend_agg import FigureCanvasAgg
 
-        self.labels = _labels(attention)
-        self.figure = layer_figure(attention)
-        self.canvas = FigureCanvasAgg(self.figure)
-        self.heatmaps = [ax.images[0] for ax in self.figure.axes]  # one per head, in order
-        for heatmap in self.heatmaps:
-            heatmap.set_animated(True)  # drawn by render(), not by canvas.draw()
+        self.canvas = FigureCanvasAgg(figure)
+        self.changing = changing
+        for artist in changing:
+            artist.set_animated(True)  # drawn by render(), not by canvas.draw()
         self.canvas.draw()
-        self.background = self.canvas.copy_from_bbox(self.figure.bbox)
+        self.background = self.canvas.copy_from_bbox(figure.bbox)
 
-    def render(self, weights: np.ndarray) -> np.ndarray:
+    def render(self) -> np.ndarray:
         self.canvas.restore_region(self.background)
-        for heatmap, head_weights in zip(self.heatmaps, weights, strict=True):
-            heatmap.set_data(head_weights)
-            heatmap.axes.draw_artist(heatmap)
-            for spine in heatmap.axes.spines.values():  # the frame goes on top, as in a full draw
-                heatmap.axes.draw_artist(spine)
+        for artist in self.changing:
+            artist.axes.draw_artist(artist)
+        for ax in dict.fromkeys(artist.axes for artist in self.changing):  # frames on top, as in a full draw
+            for spine in ax.spines.values():
+                ax.draw_artist(spine)
         return np.asarray(self.canvas.buffer_rgba())[:, :, :3].copy()  # (height, width, RGB)
 
 
