@@ -15,6 +15,7 @@ sys.path.insert(0, str(ROOT / "scripts"))
 
 import bench
 import contenders
+import train_configs
 
 # Two small shapes with different widths, depths, head counts and lengths (B x T tokens).
 SMALL_SHAPES = [
@@ -112,10 +113,25 @@ def test_bench_tasks_measures_the_tasks_asked_for(tmp_path):
 
 def test_train_configs_reports_time_to_target(tmp_path):
     out = tmp_path / "results.json"
-    run_script("scripts/train_configs.py", "configs/copy-encoder.yaml", "--json", str(out))
+    run_script("scripts/train_configs.py", "configs/copy-encoder.yaml", "--threads", "1", "--json", str(out))
     (row,) = json.loads(out.read_text())
     assert row["config"] == "copy-encoder.yaml" and row["seq_acc"] >= 0.99
     assert 0 < row["seconds_to_target"] <= row["seconds"]
+
+
+def test_train_configs_says_which_configs_miss_their_target():
+    def row(config, seconds, target=0.99):
+        return {"config": config, "seconds_to_target": seconds, "target": target, "seq_acc": 0.95}
+
+    missed = train_configs.missed_target
+    assert missed(row("sort-decoder.yaml", 59.0)) is None
+    assert "over its 60 s limit" in missed(row("sort-decoder.yaml", 61.0))
+    assert "never reached 99% (best 95.0%)" in missed(row("sort-decoder.yaml", None))
+    assert "over its 15 s limit" in missed(row("sort-decoder-len20.yaml", 16.0))
+    assert missed(row("reverse-decoder-len20.yaml", 4.0)) is None
+    assert missed(row("induction-decoder-1layer.yaml", None)) is None  # the control must not reach it...
+    assert "a control" in missed(row("induction-decoder-1layer.yaml", 9.0))  # ...and is reported if it does
+    assert missed(row("text-decoder.yaml", None, target=None)) is None  # language models have no target
 
 
 def test_bench_logging_times_runs_with_and_without_head_scores(tmp_path):
