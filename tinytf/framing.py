@@ -62,8 +62,7 @@ if TYPE_CHECKING:
 IGNORE = -100  # the label of positions the loss skips (torch's cross_entropy default)
 LM_CONTINUATION = 20  # tokens a language model writes after a prompt, at most
 # Typed inputs answered together. On 100,000 sort-decoder inputs, shortest first, on one
-# thread: 125 to 2,000 at a time all took 10-11.5 s; 8,000 took 13.4 s, 100,000 16.5 s
-# (the growing key/value caches no longer fit the CPU's caches).
+# thread: 125 to 2,000 at a time all took 10-11.5 s; 8,000 took 13.4 s, 100,000 16.5 s.
 ANSWER_BATCH = 500
 
 Progress = Callable[[int], None]  # told how many more inputs are done
