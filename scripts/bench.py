@@ -15,6 +15,10 @@ on the same random tokens:
     textbook          the seed chapter's code: separate W_Q, W_K, W_V, W_O, masked_fill
                       + softmax, post-LN, ReLU
     x-transformers    x_transformers.TransformerWrapper, if that package is installed
+and tinytf three more ways, to measure its own choices:
+    tinytf explicit   the same model on its explicit attention path, not the fused kernel
+    tinytf post/relu  the textbook's design (post-LN, ReLU) built by tinytf: same model as textbook
+    tinytf compiled   torch.compile(model), what `train.compile: true` does (--no-compile: skip it)
 
 Method: after warm-up, the contenders run round-robin, `--rounds` times, each round
 timing `--repeat` calls; we report medians, and ratios of medians taken in the same
@@ -23,6 +27,8 @@ peak (the best of a few large square matmuls), each contender's model-FLOPs
 utilisation (MFU) against it, the matmul floor ("matmuls only": the step's matrix
 products alone, on random data), tinytf's forward with `return_attention=True` against
 a plain forward, and the fixed cost of one tinytf step at batch 1 x 8 tokens.
+`--profile` prints instead where the time of tinytf's step goes, eager and compiled
+(torch.profiler, self time per operator).
 
 Model FLOPs of one training step are counted by torch.utils.flop_counter.FlopCounterMode
 over one forward and backward pass of the tinytf model; they equal the PaLM paper's
@@ -66,6 +72,7 @@ SHAPES = {
 }
 
 FLOOR = "matmuls only"  # not a contender: the floor under every contender's step (see matmul_floor)
+COMPILED = "tinytf compiled"  # tinytf's model under torch.compile, as train.compile: true trains it
 
 
 # --------------------------------------------------------------------------- FLOPs
@@ -234,9 +241,8 @@ def round_robin(fns: dict[str, Callable[[], object]], rounds: int, repeat: int) 
     return {name: statistics.median(times) for name, times in samples.items()}
 
 
-def training_step(model: nn.Module, tokens: torch.Tensor, targets: torch.Tensor) -> Callable[[], None]:
+def training_step(model: nn.Module, tokens: torch.Tensor, targets: torch.Tensor, vocab: int) -> Callable[[], None]:
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
-    vocab = model(tokens[:1]).size(-1)
 
     def step() -> None:
         logits = model(tokens)  # (B, T, V)
@@ -248,7 +254,7 @@ def training_step(model: nn.Module, tokens: torch.Tensor, targets: torch.Tensor)
     return step
 
 
-def bench_shape(name: str, shape: Shape, rounds: int, repeat: int, peak: float) -> dict:
+def bench_shape(name: str, shape: Shape, rounds: int, repeat: int, peak: float, compiled: bool) -> dict:
     torch.manual_seed(0)
     tokens = torch.randint(0, shape.vocab, (shape.batch, shape.seq))
     targets = torch.roll(tokens, -1, dims=1)
@@ -257,7 +263,11 @@ def bench_shape(name: str, shape: Shape, rounds: int, repeat: int, peak: float) 
     flops = counted_flops_per_step(models["tinytf"], tokens)
     formula_flops = model_flops_per_step(shape)
 
-    steps = {key: training_step(model, tokens, targets) for key, model in models.items()}
+    steps = {key: training_step(model, tokens, targets, shape.vocab) for key, model in models.items()}
+    compile_s = None
+    if compiled:  # what train.compile does: torch.compile the model; the first step compiles it
+        steps[COMPILED] = training_step(torch.compile(tinytf_model(shape)), tokens, targets, shape.vocab)
+        compile_s = timed(steps[COMPILED], 1)
     steps[FLOOR] = matmuls_only(shape)
     step_time = round_robin(steps, rounds, repeat)
 
@@ -286,6 +296,7 @@ def bench_shape(name: str, shape: Shape, rounds: int, repeat: int, peak: float) 
         # The most any implementation could gain over torch-encoder if it did nothing but its matmuls.
         "ceiling_vs_torch_encoder": step_time["torch-encoder"] / floor_time,
         "ceiling_vs_textbook": step_time["textbook"] / floor_time,
+        "compile_s": compile_s,
         "forward_ms": {key: 1e3 * value for key, value in forward_time.items()},
         "return_attention_ratio": forward_time["return_attention"] / forward_time["plain"],
     }  # fmt: skip
@@ -295,8 +306,28 @@ def bench_fixed_cost(rounds: int) -> float:
     """ms of one tinytf training step at batch 1, 8 tokens (default shape otherwise)."""
     shape = Shape(**{**SHAPES["default"], "batch": 1, "seq": 8})
     tokens = torch.randint(0, shape.vocab, (1, 8))
-    step = training_step(tinytf_model(shape), tokens, torch.roll(tokens, -1, dims=1))
+    step = training_step(tinytf_model(shape), tokens, torch.roll(tokens, -1, dims=1), shape.vocab)
     return 1e3 * round_robin({"step": step}, rounds, 20)["step"]
+
+
+def profile_step(shape: Shape, steps: int = 20) -> None:
+    """Print where tinytf's training step spends its time, eager and compiled: self time
+    per operator per step (torch.profiler), largest first."""
+    torch.manual_seed(0)
+    tokens = torch.randint(0, shape.vocab, (shape.batch, shape.seq))
+    targets = torch.roll(tokens, -1, dims=1)
+    for label, model in (("eager", tinytf_model(shape)), ("compiled", torch.compile(tinytf_model(shape)))):
+        step = training_step(model, tokens, targets, shape.vocab)
+        step(), step()  # warm-up (and compilation)
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profiler:
+            timed(step, steps)
+        events = [e for e in profiler.key_averages() if e.self_cpu_time_total > 0]
+        total_ms = sum(e.self_cpu_time_total for e in events) / 1e3 / steps
+        print(f"\n### {label}: {total_ms:.1f} ms of operator self time per step\n")
+        print("| operator | ms per step | share |\n|---|---:|---:|")
+        for event in sorted(events, key=lambda e: -e.self_cpu_time_total)[:15]:
+            ms = event.self_cpu_time_total / 1e3 / steps
+            print(f"| {event.key} | {ms:.2f} | {ms / total_ms:.0%} |")
 
 
 # --------------------------------------------------------------------------- report
@@ -316,6 +347,8 @@ def print_report(peak: float, shapes: list[dict], fixed_ms: float) -> None:
         for key, row in result["train"].items():
             print(f"| {key} | {row['step_ms']:.1f} | {row['tokens_per_s']:,.0f} | {row['mfu']:.0%} | "
                   f"{1 / row['speed_vs_tinytf']:.2f}x |")  # fmt: skip
+        if result["compile_s"] is not None:
+            print(f"\n{COMPILED}: compiling took {result['compile_s']:.1f} s (the first step)")
         print(f"\nThe step's matmuls alone take {result['train'][FLOOR]['step_ms']:.1f} ms: no fp32 implementation "
               f"can train faster than {result['ceiling_vs_torch_encoder']:.2f}x torch-encoder or "
               f"{result['ceiling_vs_textbook']:.2f}x textbook at this shape on this machine.")  # fmt: skip
@@ -336,6 +369,8 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--json", type=Path, default=None)
+    parser.add_argument("--profile", action="store_true", help="where tinytf's step spends its time, and stop")
+    parser.add_argument("--no-compile", action="store_true", help=f"skip the {COMPILED!r} row (~20 s to compile)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
@@ -346,8 +381,13 @@ def main() -> None:
         names = list(SHAPES) if args.shape == "all" else [args.shape]
         shapes = {name: Shape(**SHAPES[name]) for name in names}
 
+    if args.profile:
+        for shape in shapes.values():
+            profile_step(shape)
+        return
     peak = gemm_peak_flops(args.rounds)
-    results = [bench_shape(name, shape, args.rounds, args.repeat, peak) for name, shape in shapes.items()]
+    results = [bench_shape(name, shape, args.rounds, args.repeat, peak, not args.no_compile)
+               for name, shape in shapes.items()]  # fmt: skip
     fixed_ms = bench_fixed_cost(args.rounds)
     print_report(peak, results, fixed_ms)
     if args.json:

@@ -10,6 +10,8 @@ do around those products: fused or separate projections, fused or explicit atten
 where the LayerNorms sit, GELU or ReLU.
 
     tinytf            tinytf.build_model
+    tinytf explicit   the same model on tinytf's explicit attention path instead of the fused kernel
+    tinytf post/relu  tinytf.build_model with the textbook's design: post-LN, ReLU
     torch-encoder     torch.nn.TransformerEncoder with a causal mask
     textbook          the seed chapter's code: separate W_Q W_K W_V W_O, masked_fill + softmax
     x-transformers    x_transformers.TransformerWrapper, when that package is installed
@@ -40,13 +42,34 @@ class Shape:
     d_ff: int
 
 
-def tinytf_model(shape: Shape) -> nn.Module:
-    """tinytf's decoder as `tinytf.build_model` makes it, with its defaults: pre-LN, GELU,
-    one fused (3D, D) Q/K/V projection, PyTorch's fused attention kernel (SDPA)."""
+def tinytf_model(shape: Shape, **design: str) -> nn.Module:
+    """tinytf's decoder as `tinytf.build_model` makes it, with its defaults (pre-LN, GELU)
+    unless `design` sets other model keys: one fused (3D, D) Q/K/V projection, PyTorch's
+    fused attention kernel (SDPA)."""
     model = {"arch": "decoder", "d_model": shape.d_model, "n_heads": shape.heads, "n_layers": shape.layers,
-             "d_ff": shape.d_ff, "max_len": shape.seq, "dropout": 0.0}  # fmt: skip
+             "d_ff": shape.d_ff, "max_len": shape.seq, "dropout": 0.0, **design}  # fmt: skip
     task = {"name": "copy", "min_len": 1, "max_len": 3}  # any task whose sequences fit in shape.seq
     return tinytf.build_model({"task": task, "model": model}, vocab_size=shape.vocab)
+
+
+class TinytfExplicitAttention(nn.Module):
+    """tinytf's default model on its explicit attention path: attention.py's step-by-step
+    softmax(Q K^T / sqrt(d_k)) V, which it takes when the weights are asked for, in place
+    of the fused kernel. Measures the choice between the two (same weights, same math)."""
+
+    def __init__(self, shape: Shape) -> None:
+        super().__init__()
+        self.model = tinytf_model(shape)
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        logits, _ = self.model(tokens, return_attention=True)
+        return logits  # (B, T, V)
+
+
+def tinytf_textbook_design(shape: Shape) -> nn.Module:
+    """tinytf with the textbook model's design choices (post-LN, ReLU, so also no final
+    LayerNorm): against `textbook` it compares the two implementations of one model."""
+    return tinytf_model(shape, norm="post", activation="relu")
 
 
 class TorchEncoderLM(nn.Module):
@@ -159,6 +182,8 @@ def x_transformers_model(shape: Shape) -> nn.Module | None:
 
 CONTENDERS: dict[str, Callable[[Shape], nn.Module | None]] = {
     "tinytf": tinytf_model,
+    "tinytf explicit": TinytfExplicitAttention,
+    "tinytf post/relu": tinytf_textbook_design,
     "torch-encoder": TorchEncoderLM,
     "textbook": TextbookLM,
     "x-transformers": x_transformers_model,

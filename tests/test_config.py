@@ -243,6 +243,7 @@ UPPER_BOUNDS = {
     "train.steps": 10_000_000,
     "train.batch_size": 65536,
     "train.warmup_steps": 10_000_000,
+    "train.decay_steps": 10_000_000,
     "train.eval_every": 10_000_000,
     "train.checkpoint_every": 10_000_000,
     "log.every": 10_000_000,
@@ -259,7 +260,7 @@ def test_every_integer_key_has_an_upper_bound():
         for key, value in keys.items()
         if isinstance(value, int) and not isinstance(value, bool)
     }
-    assert ints | {"seed", "model.n_encoder_layers", "model.n_decoder_layers"} == set(UPPER_BOUNDS)
+    assert ints | {"seed", "train.decay_steps", "model.n_encoder_layers", "model.n_decoder_layers"} == set(UPPER_BOUNDS)
 
 
 @pytest.mark.parametrize("key", sorted(UPPER_BOUNDS))

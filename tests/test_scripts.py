@@ -69,6 +69,17 @@ def test_explicit_attention_counts_the_same_flops_without_our_kernel_formula(sha
     assert counter.get_total_flops() == bench.model_flops_per_step(shape)
 
 
+def test_the_tinytf_variants_change_only_the_attention_path_or_the_design():
+    shape = SMALL_SHAPES[1]
+    fused, explicit = contenders.tinytf_model(shape), contenders.TinytfExplicitAttention(shape)
+    explicit.model.load_state_dict(fused.state_dict())
+    tokens = torch.randint(0, shape.vocab, (shape.batch, shape.seq))
+    torch.testing.assert_close(explicit(tokens), fused(tokens), rtol=1e-5, atol=1e-5)
+    textbook_design = contenders.tinytf_textbook_design(shape)
+    assert (textbook_design.config.norm, textbook_design.config.activation) == ("post", "relu")
+    assert (fused.config.norm, fused.config.activation) == ("pre", "gelu")
+
+
 def test_matmul_floor_names_each_product_by_its_place_and_pass():
     shape = SMALL_SHAPES[1]
     products = bench.matmul_floor(shape)
@@ -93,10 +104,10 @@ def test_matmul_floor_names_each_product_by_its_place_and_pass():
 def test_bench_runs_a_custom_shape_and_writes_json(tmp_path):
     out = tmp_path / "bench.json"
     shape = ["--d-model", "32", "--layers", "1", "--heads", "2", "--d-ff", "64", "--seq", "16", "--batch", "4"]
-    run_script("scripts/bench.py", *shape, "--rounds", "1", "--repeat", "1", "--json", str(out))
+    run_script("scripts/bench.py", *shape, "--rounds", "1", "--repeat", "1", "--no-compile", "--json", str(out))
     result = json.loads(out.read_text())
     rows = result["shapes"][0]["train"]
-    assert {"tinytf", "torch-encoder", "textbook", bench.FLOOR} <= set(rows)
+    assert {"tinytf", "tinytf explicit", "tinytf post/relu", "torch-encoder", "textbook", bench.FLOOR} <= set(rows)
     assert all(row["step_ms"] > 0 for row in rows.values())
     assert result["shapes"][0]["ceiling_vs_torch_encoder"] > 0 and result["fixed_step_ms"] > 0
     assert result["shapes"][0]["model_flops"] == result["shapes"][0]["model_flops_formula"]

@@ -187,6 +187,17 @@ def test_learning_rate_warms_up_then_decays():
     assert factors[-1] == pytest.approx(0.1, abs=1e-3)
 
 
+def test_a_shorter_decay_ends_early_and_then_holds_a_tenth(tmp_path):
+    factors = [learning_rate_factor(step, 10, 50) for step in range(100)]
+    assert factors[30] < learning_rate_factor(30, 10, 100)
+    assert factors[50:] == pytest.approx([0.1] * 50)
+    # The trainer's optimizer follows train.decay_steps, and train.steps still ends the run.
+    result = train(tiny_config(train={"steps": 12, "warmup_steps": 2, "decay_steps": 6, "lr": 1e-2}), runs_dir=tmp_path)
+    assert result.step == 12
+    lrs = [row["lr"] for row in read_metrics(result.run_dir) if "lr" in row]
+    assert lrs and lrs[-1] == pytest.approx(1e-3)
+
+
 def test_unavailable_device_is_a_user_error():
     if not torch.cuda.is_available():
         with pytest.raises(UserError, match="no cuda device"):

@@ -169,6 +169,10 @@ class TrainConfig(Section):
     batch_size: PositiveInt = Field(64, le=65_536)
     lr: Annotated[float, Field(gt=0.0)] = 1e-3
     warmup_steps: NonNegativeInt = Field(100, le=MAX_STEPS)
+    # The cosine decay's length, counted from step 0: after it the rate stays at lr / 10.
+    # None: train.steps. Shorter than steps, the decay ends early and the rest of the
+    # budget trains at the low rate (a stop_at_accuracy run may stop anywhere in it).
+    decay_steps: PositiveInt | None = Field(None, le=MAX_STEPS)
     weight_decay: Annotated[float, Field(ge=0.0)] = 0.01
     # AdamW's moment decay rates (beta1, beta2). A lower beta2 (the Transformer paper's
     # 0.98) adapts faster to growing gradients and damps loss spikes at high learning rates.

@@ -7,7 +7,8 @@ were made; `train(config, ...)` assembles them from a config and a run folder.
 
 One step: a batch from the task's stream -> forward -> cross-entropy on the answer ->
 backward -> gradient clipping -> AdamW -> learning-rate schedule (linear warm-up, then
-cosine decay to a tenth of `train.lr`). Every `train.eval_every` steps the held-out set
+cosine decay to a tenth of `train.lr` at `train.decay_steps`, by default `train.steps`).
+Every `train.eval_every` steps the held-out set
 is scored; the best score so far is kept as checkpoints/best.pt, the latest state as
 checkpoints/last.pt every `train.checkpoint_every` steps and at the end. Predictions,
 attention maps and head scores (heads.py) are logged in eval mode, without gradients,
@@ -98,11 +99,12 @@ def select_device(requested: str) -> torch.device:
     return torch.device(requested)
 
 
-def learning_rate_factor(step: int, warmup_steps: int, total_steps: int) -> float:
-    """Multiplier of train.lr at `step`: linear warm-up to 1, then cosine decay to 0.1."""
+def learning_rate_factor(step: int, warmup_steps: int, decay_steps: int) -> float:
+    """Multiplier of train.lr at `step`: linear warm-up to 1, then cosine decay to 0.1
+    at step `decay_steps`, then 0.1."""
     if step < warmup_steps:
         return (step + 1) / warmup_steps
-    progress = (step - warmup_steps) / max(total_steps - warmup_steps, 1)
+    progress = (step - warmup_steps) / max(decay_steps - warmup_steps, 1)
     return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(progress, 1.0)))
 
 
@@ -231,8 +233,9 @@ class Trainer:
         self.settings, self.log, self.loggers = settings, log, list(loggers)
         self.device, self.run_dir = torch.device(device), run_dir
         self.optimizer = make_optimizer(model, settings, self.device)
+        decay_steps = settings.decay_steps or settings.steps
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
-            self.optimizer, lambda step: learning_rate_factor(step, settings.warmup_steps, settings.steps)
+            self.optimizer, lambda step: learning_rate_factor(step, settings.warmup_steps, decay_steps)
         )
         self.step = 0
         self.saved_step = 0  # the step of checkpoints/last.pt
