@@ -10,13 +10,15 @@
 Contenders (scripts/contenders.py says what each is and why the comparison is fair), each
 a causal language model of the same shape trained with the same optimizer (fused AdamW)
 on the same random tokens:
-    tinytf            tinytf.build_model (fused QKV, PyTorch's fused attention kernel)
+    tinytf            tinytf.build_model (fused QKV; explicit attention up to 32 keys, else
+                      PyTorch's fused kernel)
     torch-encoder     torch.nn.TransformerEncoder (pre-LN, GELU) with a causal mask
     textbook          the seed chapter's code: separate W_Q, W_K, W_V, W_O, masked_fill
                       + softmax, post-LN, ReLU
     x-transformers    x_transformers.TransformerWrapper, if that package is installed
 and tinytf three more ways, to measure its own choices:
-    tinytf explicit   the same model on its explicit attention path, not the fused kernel
+    tinytf fused      the same model always on the fused kernel     } the shape rule
+    tinytf explicit   the same model always on the explicit path    } (attention.py)
     tinytf post/relu  the textbook's design (post-LN, ReLU) built by tinytf: same model as textbook
     tinytf compiled   torch.compile(model), what `train.compile: true` does (--no-compile: skip it)
 

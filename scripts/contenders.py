@@ -10,7 +10,8 @@ do around those products: fused or separate projections, fused or explicit atten
 where the LayerNorms sit, GELU or ReLU.
 
     tinytf            tinytf.build_model
-    tinytf explicit   the same model on tinytf's explicit attention path instead of the fused kernel
+    tinytf fused      the same model, always on PyTorch's fused attention kernel
+    tinytf explicit   the same model, always on tinytf's explicit attention path
     tinytf post/relu  tinytf.build_model with the textbook's design: post-LN, ReLU
     torch-encoder     torch.nn.TransformerEncoder with a causal mask
     textbook          the seed chapter's code: separate W_Q W_K W_V W_O, masked_fill + softmax
@@ -27,6 +28,7 @@ import torch
 from torch import nn
 
 import tinytf
+from tinytf.model.attention import MultiHeadAttention
 
 
 @dataclass(frozen=True)
@@ -44,26 +46,23 @@ class Shape:
 
 def tinytf_model(shape: Shape, **design: str) -> nn.Module:
     """tinytf's decoder as `tinytf.build_model` makes it, with its defaults (pre-LN, GELU)
-    unless `design` sets other model keys: one fused (3D, D) Q/K/V projection, PyTorch's
-    fused attention kernel (SDPA)."""
+    unless `design` sets other model keys: one fused (3D, D) Q/K/V projection; attention on
+    the explicit path up to 32 keys on a CPU, else PyTorch's fused kernel (SDPA)."""
     model = {"arch": "decoder", "d_model": shape.d_model, "n_heads": shape.heads, "n_layers": shape.layers,
              "d_ff": shape.d_ff, "max_len": shape.seq, "dropout": 0.0, **design}  # fmt: skip
     task = {"name": "copy", "min_len": 1, "max_len": 3}  # any task whose sequences fit in shape.seq
     return tinytf.build_model({"task": task, "model": model}, vocab_size=shape.vocab)
 
 
-class TinytfExplicitAttention(nn.Module):
-    """tinytf's default model on its explicit attention path: attention.py's step-by-step
-    softmax(Q K^T / sqrt(d_k)) V, which it takes when the weights are asked for, in place
-    of the fused kernel. Measures the choice between the two (same weights, same math)."""
-
-    def __init__(self, shape: Shape) -> None:
-        super().__init__()
-        self.model = tinytf_model(shape)
-
-    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
-        logits, _ = self.model(tokens, return_attention=True)
-        return logits  # (B, T, V)
+def tinytf_on_one_path(shape: Shape, explicit_up_to_keys: int) -> nn.Module:
+    """tinytf's default model with its shape rule overridden in every attention module:
+    0 keys, always the fused kernel; more keys than any shape has, always the explicit path
+    (attention.py). Same weights, same math: measures the rule."""
+    model = tinytf_model(shape)
+    for module in model.modules():
+        if isinstance(module, MultiHeadAttention):
+            module.explicit_up_to_keys = explicit_up_to_keys
+    return model
 
 
 def tinytf_textbook_design(shape: Shape) -> nn.Module:
@@ -182,7 +181,8 @@ def x_transformers_model(shape: Shape) -> nn.Module | None:
 
 CONTENDERS: dict[str, Callable[[Shape], nn.Module | None]] = {
     "tinytf": tinytf_model,
-    "tinytf explicit": TinytfExplicitAttention,
+    "tinytf fused": lambda shape: tinytf_on_one_path(shape, 0),
+    "tinytf explicit": lambda shape: tinytf_on_one_path(shape, shape.seq),
     "tinytf post/relu": tinytf_textbook_design,
     "torch-encoder": TorchEncoderLM,
     "textbook": TextbookLM,

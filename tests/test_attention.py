@@ -1,17 +1,22 @@
 """Attention against independent references: PyTorch's nn.MultiheadAttention and
 F.scaled_dot_product_attention, and a NumPy transcription of softmax(Q K^T / sqrt(d_k)) V."""
 
+import importlib
+
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tinytf.model.attention import MultiHeadAttention, attention
+from tinytf.model.attention import EXPLICIT_UP_TO_KEYS, MultiHeadAttention, attention
 from tinytf.model.masks import attention_bias, bias_from_allowed, causal_allowed
 
 D_MODEL, N_HEADS = 32, 4
 TOL = dict(atol=1e-5, rtol=1e-5)
+
+
+attention_module = importlib.import_module("tinytf.model.attention")  # tinytf.model.attention is also a function
 
 
 def numpy_attention(q, k, v, mask=None):
@@ -64,13 +69,47 @@ def test_multi_head_attention_matches_torch(kind, masking):
     bias = attention_bias(pad_mask, 6, causal)
     kwargs = dict(context=None if kind == "self" else context, attn_bias=bias, is_causal=causal and bias is None)
     out, weights = ours(x, return_attention=True, **kwargs)
-    fused_out, no_weights = ours(x, return_attention=False, **kwargs)
-
     assert weights.shape == (3, N_HEADS, 6, key_len)
     torch.testing.assert_close(weights, ref_weights, **TOL)
     torch.testing.assert_close(out, ref_out, **TOL)
-    torch.testing.assert_close(fused_out, ref_out, **TOL)  # the fused SDPA path: same outputs
-    assert no_weights is None
+    for explicit_up_to_keys in (0, 1000):  # without weights: the fused SDPA kernel, then the explicit path
+        ours.explicit_up_to_keys = explicit_up_to_keys
+        path_out, no_weights = ours(x, **kwargs)
+        torch.testing.assert_close(path_out, ref_out, **TOL)
+        assert no_weights is None
+
+
+def test_the_shape_rule_takes_the_explicit_path_for_few_keys_on_a_cpu(monkeypatch):
+    key_lengths = []
+
+    def recording_attention(q, k, v, **kwargs):
+        key_lengths.append(k.size(-2))
+        return attention(q, k, v, **kwargs)
+
+    monkeypatch.setattr(attention_module, "attention", recording_attention)
+    module = MultiHeadAttention(D_MODEL, N_HEADS)
+    for length in (1, EXPLICIT_UP_TO_KEYS, EXPLICIT_UP_TO_KEYS + 1, 4 * EXPLICIT_UP_TO_KEYS):
+        _, weights = module(torch.randn(2, length, D_MODEL), is_causal=True)
+        assert weights is None
+    assert key_lengths == [1, EXPLICIT_UP_TO_KEYS]
+
+
+@pytest.mark.parametrize("masking", ["causal", "bias"])
+def test_both_paths_give_the_same_gradients(masking):
+    torch.manual_seed(0)
+    module = MultiHeadAttention(D_MODEL, N_HEADS)
+    x = torch.randn(3, 7, D_MODEL)
+    bias = attention_bias(padding(3, 7, [7, 5, 2]), 7, causal=True) if masking == "bias" else None
+    gradients = []
+    for explicit_up_to_keys in (0, 1000):
+        module.explicit_up_to_keys = explicit_up_to_keys
+        module.zero_grad()
+        given = x.clone().requires_grad_()
+        out, _ = module(given, attn_bias=bias, is_causal=bias is None)
+        out.square().sum().backward()
+        gradients.append([given.grad, *(p.grad for p in module.parameters())])
+    for fused, explicit in zip(*gradients, strict=True):
+        torch.testing.assert_close(explicit, fused, **TOL)
 
 
 def test_attention_matches_numpy_formula():

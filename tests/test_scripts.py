@@ -69,12 +69,20 @@ def test_explicit_attention_counts_the_same_flops_without_our_kernel_formula(sha
     assert counter.get_total_flops() == bench.model_flops_per_step(shape)
 
 
-def test_the_tinytf_variants_change_only_the_attention_path_or_the_design():
+def test_the_tinytf_variants_change_only_the_attention_path_or_the_design(monkeypatch):
     shape = SMALL_SHAPES[1]
-    fused, explicit = contenders.tinytf_model(shape), contenders.TinytfExplicitAttention(shape)
-    explicit.model.load_state_dict(fused.state_dict())
+    fused, explicit = contenders.CONTENDERS["tinytf fused"](shape), contenders.CONTENDERS["tinytf explicit"](shape)
+    explicit.load_state_dict(fused.state_dict())
     tokens = torch.randint(0, shape.vocab, (shape.batch, shape.seq))
     torch.testing.assert_close(explicit(tokens), fused(tokens), rtol=1e-5, atol=1e-5)
+    paths = []
+    attention_module = sys.modules["tinytf.model.attention"]
+    real_attention = attention_module.attention
+    monkeypatch.setattr(attention_module, "attention", lambda *a, **k: paths.append(1) or real_attention(*a, **k))
+    fused(tokens)
+    assert paths == []
+    explicit(tokens)
+    assert len(paths) == shape.layers
     textbook_design = contenders.tinytf_textbook_design(shape)
     assert (textbook_design.config.norm, textbook_design.config.activation) == ("post", "relu")
     assert (fused.config.norm, fused.config.activation) == ("pre", "gelu")
@@ -107,7 +115,8 @@ def test_bench_runs_a_custom_shape_and_writes_json(tmp_path):
     run_script("scripts/bench.py", *shape, "--rounds", "1", "--repeat", "1", "--no-compile", "--json", str(out))
     result = json.loads(out.read_text())
     rows = result["shapes"][0]["train"]
-    assert {"tinytf", "tinytf explicit", "tinytf post/relu", "torch-encoder", "textbook", bench.FLOOR} <= set(rows)
+    variants = {"tinytf fused", "tinytf explicit", "tinytf post/relu"}
+    assert {"tinytf", *variants, "torch-encoder", "textbook", bench.FLOOR} <= set(rows)
     assert all(row["step_ms"] > 0 for row in rows.values())
     assert result["shapes"][0]["ceiling_vs_torch_encoder"] > 0 and result["fixed_step_ms"] > 0
     assert result["shapes"][0]["model_flops"] == result["shapes"][0]["model_flops_formula"]
