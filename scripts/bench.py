@@ -10,8 +10,8 @@
 Contenders (scripts/contenders.py says what each is and why the comparison is fair), each
 a causal language model of the same shape trained with the same optimizer (fused AdamW)
 on the same random tokens:
-    tinytf            tinytf.build_model (fused QKV; explicit attention up to 32 keys, else
-                      PyTorch's fused kernel)
+    tinytf            tinytf.build_model (fused QKV; attention on the path its shape rule
+                      picks: explicit for 17-48 keys on a CPU, else PyTorch's fused kernel)
     torch-encoder     torch.nn.TransformerEncoder (pre-LN, GELU) with a causal mask
     textbook          the seed chapter's code: separate W_Q, W_K, W_V, W_O, masked_fill
                       + softmax, post-LN, ReLU

@@ -47,21 +47,21 @@ class Shape:
 def tinytf_model(shape: Shape, **design: str) -> nn.Module:
     """tinytf's decoder as `tinytf.build_model` makes it, with its defaults (pre-LN, GELU)
     unless `design` sets other model keys: one fused (3D, D) Q/K/V projection; attention on
-    the explicit path up to 32 keys on a CPU, else PyTorch's fused kernel (SDPA)."""
+    the path attention.py's shape rule picks (explicit, or PyTorch's fused kernel SDPA)."""
     model = {"arch": "decoder", "d_model": shape.d_model, "n_heads": shape.heads, "n_layers": shape.layers,
              "d_ff": shape.d_ff, "max_len": shape.seq, "dropout": 0.0, **design}  # fmt: skip
     task = {"name": "copy", "min_len": 1, "max_len": 3}  # any task whose sequences fit in shape.seq
     return tinytf.build_model({"task": task, "model": model}, vocab_size=shape.vocab)
 
 
-def tinytf_on_one_path(shape: Shape, explicit_up_to_keys: int) -> nn.Module:
-    """tinytf's default model with its shape rule overridden in every attention module:
-    0 keys, always the fused kernel; more keys than any shape has, always the explicit path
-    (attention.py). Same weights, same math: measures the rule."""
+def tinytf_on_one_path(shape: Shape, explicit: bool) -> nn.Module:
+    """tinytf's default model with its shape rule (attention.py) overridden in every
+    attention module: always the explicit path, or always the fused kernel. Same weights,
+    same math: measures the rule."""
     model = tinytf_model(shape)
     for module in model.modules():
         if isinstance(module, MultiHeadAttention):
-            module.explicit_up_to_keys = explicit_up_to_keys
+            module.explicit_keys = range(shape.seq + 1) if explicit else range(0)
     return model
 
 
@@ -181,8 +181,8 @@ def x_transformers_model(shape: Shape) -> nn.Module | None:
 
 CONTENDERS: dict[str, Callable[[Shape], nn.Module | None]] = {
     "tinytf": tinytf_model,
-    "tinytf fused": lambda shape: tinytf_on_one_path(shape, 0),
-    "tinytf explicit": lambda shape: tinytf_on_one_path(shape, shape.seq),
+    "tinytf fused": lambda shape: tinytf_on_one_path(shape, explicit=False),
+    "tinytf explicit": lambda shape: tinytf_on_one_path(shape, explicit=True),
     "tinytf post/relu": tinytf_textbook_design,
     "torch-encoder": TorchEncoderLM,
     "textbook": TextbookLM,

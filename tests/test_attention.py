@@ -9,7 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tinytf.model.attention import EXPLICIT_UP_TO_KEYS, MultiHeadAttention, attention
+from tinytf.model.attention import EXPLICIT_KEYS, MultiHeadAttention, attention
 from tinytf.model.masks import attention_bias, bias_from_allowed, causal_allowed
 
 D_MODEL, N_HEADS = 32, 4
@@ -72,8 +72,8 @@ def test_multi_head_attention_matches_torch(kind, masking):
     assert weights.shape == (3, N_HEADS, 6, key_len)
     torch.testing.assert_close(weights, ref_weights, **TOL)
     torch.testing.assert_close(out, ref_out, **TOL)
-    for explicit_up_to_keys in (0, 1000):  # without weights: the fused SDPA kernel, then the explicit path
-        ours.explicit_up_to_keys = explicit_up_to_keys
+    for explicit_keys in (range(0), range(1000)):  # without weights: the fused kernel; the explicit path
+        ours.explicit_keys = explicit_keys
         path_out, no_weights = ours(x, **kwargs)
         torch.testing.assert_close(path_out, ref_out, **TOL)
         assert no_weights is None
@@ -88,10 +88,15 @@ def test_the_shape_rule_takes_the_explicit_path_for_few_keys_on_a_cpu(monkeypatc
 
     monkeypatch.setattr(attention_module, "attention", recording_attention)
     module = MultiHeadAttention(D_MODEL, N_HEADS)
-    for length in (1, EXPLICIT_UP_TO_KEYS, EXPLICIT_UP_TO_KEYS + 1, 4 * EXPLICIT_UP_TO_KEYS):
+    first, last = EXPLICIT_KEYS[0], EXPLICIT_KEYS[-1]
+    for length in (1, first - 1, first, last, last + 1, 128):
         _, weights = module(torch.randn(2, length, D_MODEL), is_causal=True)
         assert weights is None
-    assert key_lengths == [1, EXPLICIT_UP_TO_KEYS]
+    assert key_lengths == [first, last]
+    # A bias (padding) goes to the fused kernel at any length: there it was the faster one.
+    bias = attention_bias(padding(2, first, [first, 3]), first, causal=False)
+    module(torch.randn(2, first, D_MODEL), attn_bias=bias)
+    assert key_lengths == [first, last]
 
 
 @pytest.mark.parametrize("masking", ["causal", "bias"])
@@ -100,12 +105,12 @@ def test_both_paths_give_the_same_gradients(masking):
     module = MultiHeadAttention(D_MODEL, N_HEADS)
     x = torch.randn(3, 7, D_MODEL)
     bias = attention_bias(padding(3, 7, [7, 5, 2]), 7, causal=True) if masking == "bias" else None
+    module.explicit_keys = range(0)
     gradients = []
-    for explicit_up_to_keys in (0, 1000):
-        module.explicit_up_to_keys = explicit_up_to_keys
+    for explicit in (False, True):  # the fused kernel; the explicit path (which the weights need)
         module.zero_grad()
         given = x.clone().requires_grad_()
-        out, _ = module(given, attn_bias=bias, is_causal=bias is None)
+        out, _ = module(given, attn_bias=bias, is_causal=bias is None, return_attention=explicit)
         out.square().sum().backward()
         gradients.append([given.grad, *(p.grad for p in module.parameters())])
     for fused, explicit in zip(*gradients, strict=True):

@@ -15,9 +15,10 @@ Shape legend (used in every comment below):
 `torch.nn.functional.scaled_dot_product_attention` (PyTorch's fused kernel), with the
 same meaning, and also returns the attention weights. `MultiHeadAttention` calls
 `attention` when the weights are asked for (`return_attention`, or a probe that wants its
-pattern: see hooks.py). Otherwise it takes whichever of the two trains faster: on a CPU,
-`attention` for up to EXPLICIT_UP_TO_KEYS keys, the fused kernel from there on (and
-always on a GPU).
+pattern: see hooks.py). Otherwise it takes whichever of the two trained faster where we
+measured it: on a CPU, `attention` for EXPLICIT_KEYS (17 to 48) keys under no mask or the
+causal one; the fused kernel for fewer or more keys, under a bias (padding), and always on
+a GPU.
 """
 
 from __future__ import annotations
@@ -91,11 +92,12 @@ def attention(
     return output, weights
 
 
-# The shape rule, measured on a CPU by scripts/bench.py (rows "tinytf fused" and "tinytf
-# explicit", README "Performance"): a whole training step with 32 keys (head width 16) was
-# about 3% faster on the explicit path, with 64 keys (head width 32) 2.5% slower, with 128
-# the same.
-EXPLICIT_UP_TO_KEYS = 32
+# The shape rule, from whole training steps on a 2-core CPU (README "Performance"; the
+# rows "tinytf fused" and "tinytf explicit" of scripts/bench.py): with 20 to 48 keys the
+# explicit path was 6-19% faster at head width 16; with 8 to 16 keys 2-7% slower; with 64
+# about the same (0.99-1.05x), with 128 1-4% slower. Under an attn_bias (padding) it was
+# 4-9% slower even for short sequences.
+EXPLICIT_KEYS = range(17, 49)
 
 
 @dataclass
@@ -133,9 +135,9 @@ class MultiHeadAttention(nn.Module):
         self.dropout = dropout
         self.qkv_proj = nn.Linear(d_model, 3 * d_model, bias=bias)  # [W_Q; W_K; W_V]
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)  # W_O
-        # Without weights asked for, on a CPU: the explicit path up to this many keys, then the
-        # fused kernel (same math; see EXPLICIT_UP_TO_KEYS). 0: always the kernel.
-        self.explicit_up_to_keys = EXPLICIT_UP_TO_KEYS
+        # Without weights asked for, on a CPU and without attn_bias: the explicit path for these
+        # key lengths, the fused kernel otherwise (same math; see EXPLICIT_KEYS). range(0): never.
+        self.explicit_keys = EXPLICIT_KEYS
 
     def forward(
         self,
@@ -194,7 +196,7 @@ class MultiHeadAttention(nn.Module):
                 if hooked is not weights:  # a hook replaced the weights: the heads read the new ones
                     weights = hooked
                     heads = F.dropout(weights, p=dropout) @ v  # (B, H, T_q, T_k) @ (B, H, T_k, D_h)
-        elif q.device.type == "cpu" and k.size(2) <= self.explicit_up_to_keys:
+        elif attn_bias is None and q.device.type == "cpu" and k.size(2) in self.explicit_keys:
             heads, weights = attention(q, k, v, attn_mask=attn_bias, dropout_p=dropout, is_causal=is_causal)
         else:
             # Same math and same arguments, fused: never materialises the (T_q, T_k) weights.
