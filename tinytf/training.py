@@ -8,11 +8,11 @@ were made; `train(config, ...)` assembles them from a config and a run folder.
 One step: a batch from the task's stream -> forward -> cross-entropy on the answer ->
 backward -> gradient clipping -> AdamW -> learning-rate schedule (linear warm-up, then
 cosine decay to a tenth of `train.lr` at `train.decay_steps`, by default `train.steps`).
-Every `train.eval_every` steps the held-out set
-is scored; the best score so far is kept as checkpoints/best.pt, the latest state as
-checkpoints/last.pt every `train.checkpoint_every` steps and at the end. Predictions,
-attention maps and head scores (heads.py) are logged in eval mode, without gradients,
-on held-out inputs: logging never changes the training run.
+Every `train.eval_every` steps the held-out set is scored; the best score so far is kept
+as checkpoints/best.pt, the latest state as checkpoints/last.pt every
+`train.checkpoint_every` steps and at the end. Predictions, attention maps and head
+scores (heads.py) are logged in eval mode, without gradients, on held-out inputs:
+logging never changes the training run.
 
 Ctrl-C (SIGINT) asks the loop to stop at the end of the current step; it saves
 last.pt and returns with `interrupted=True`. A second Ctrl-C stops at once.

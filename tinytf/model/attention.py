@@ -95,7 +95,7 @@ def attention(
 # The shape rule, from whole training steps on a 2-core CPU (README "Performance"; the
 # rows "tinytf fused" and "tinytf explicit" of scripts/bench.py): with 20 to 48 keys the
 # explicit path was 6-19% faster at head width 16; with 8 to 16 keys 2-7% slower; with 64
-# about the same (0.99-1.05x), with 128 1-4% slower. Under an attn_bias (padding) it was
+# about the same (0.98-1.05x), with 128 1-4% slower. Under an attn_bias (padding) it was
 # 4-9% slower even for short sequences.
 EXPLICIT_KEYS = range(17, 49)
 
@@ -197,7 +197,7 @@ class MultiHeadAttention(nn.Module):
                     weights = hooked
                     heads = F.dropout(weights, p=dropout) @ v  # (B, H, T_q, T_k) @ (B, H, T_k, D_h)
         elif attn_bias is None and q.device.type == "cpu" and k.size(2) in self.explicit_keys:
-            heads, weights = attention(q, k, v, attn_mask=attn_bias, dropout_p=dropout, is_causal=is_causal)
+            heads, weights = attention(q, k, v, dropout_p=dropout, is_causal=is_causal)  # no bias here
         else:
             # Same math and same arguments, fused: never materialises the (T_q, T_k) weights.
             heads = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_bias, dropout_p=dropout, is_causal=is_causal)
