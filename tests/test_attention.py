@@ -93,7 +93,7 @@ def test_the_shape_rule_takes_the_explicit_path_for_few_keys_on_a_cpu(monkeypatc
         _, weights = module(torch.randn(2, length, D_MODEL), is_causal=True)
         assert weights is None
     assert key_lengths == [first, last]
-    # A bias (padding) goes to the fused kernel at any length: there it was the faster one.
+    # A bias (padding) goes to the fused kernel at any length: the rule was measured without one.
     bias = attention_bias(padding(2, first, [first, 3]), first, causal=False)
     module(torch.randn(2, first, D_MODEL), attn_bias=bias)
     assert key_lengths == [first, last]

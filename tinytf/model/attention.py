@@ -92,11 +92,11 @@ def attention(
     return output, weights
 
 
-# The shape rule, from whole training steps on a 2-core CPU (README "Performance"; the
-# rows "tinytf fused" and "tinytf explicit" of scripts/bench.py): with 20 to 48 keys the
-# explicit path was 6-19% faster at head width 16; with 8 to 16 keys 2-7% slower; with 64
-# about the same (0.98-1.05x), with 128 1-4% slower. Under an attn_bias (padding) it was
-# 4-9% slower even for short sequences.
+# The shape rule, from whole training steps of a causal LM on a 2-core CPU, each path forced
+# (README "Performance"): with 20 to 48 keys the explicit path was 6-19% faster at head width
+# 16; with 8 to 16 keys 2-7% slower; with 64 about the same (0.98-1.05x), with 128 1-4%
+# slower. Attention under an attn_bias (padding) stays on the fused kernel, where it always
+# ran: the rule was not measured there.
 EXPLICIT_KEYS = range(17, 49)
 
 
