@@ -4,6 +4,7 @@
     python scripts/bench.py --shape default      # one of them
     python scripts/bench.py --d-model 96 --layers 3 --heads 4 --seq 48 --batch 16   # any shape
     python scripts/bench.py --json bench.json
+    python scripts/bench.py --paths              # the attention path rule's measurements
 
 (What making each task's batches costs is measured by scripts/bench_tasks.py.)
 
@@ -30,7 +31,10 @@ utilisation (MFU) against it, the matmul floor ("matmuls only": the step's matri
 products alone, on random data), tinytf's forward with `return_attention=True` against
 a plain forward, and the fixed cost of one tinytf step at batch 1 x 8 tokens.
 `--profile` prints instead where the time of tinytf's step goes, eager and compiled
-(torch.profiler, self time per operator).
+(torch.profiler, self time per operator). `--paths` measures instead what attention.py's
+shape rule rests on: whole training steps of a 2-layer causal LM (batch x keys = 2,048
+tokens) with each attention path forced, over key lengths and two head widths, and which
+path the rule picks at each.
 
 Model FLOPs of one training step are counted by torch.utils.flop_counter.FlopCounterMode
 over one forward and backward pass of the tinytf model; they equal the PaLM paper's
@@ -63,9 +67,11 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from contenders import CONTENDERS, Shape, tinytf_model
+from contenders import CONTENDERS, Shape, tinytf_model, tinytf_on_one_path
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
+
+from tinytf.model.attention import EXPLICIT_KEYS
 
 SHAPES = {
     "tiny": dict(vocab=64, seq=32, batch=64, d_model=64, heads=4, layers=2, d_ff=256),
@@ -332,6 +338,43 @@ def profile_step(shape: Shape, steps: int = 20) -> None:
             print(f"| {event.key} | {ms:.2f} | {ms / total_ms:.0%} |")
 
 
+PATH_SWEEP_KEYS = (8, 12, 16, 20, 24, 28, 32, 48, 64)
+PATH_SWEEP_WIDTHS = (16, 32)  # head widths: d_model 64 and 128 with 4 heads
+
+
+def path_sweep(keys: tuple[int, ...], widths: tuple[int, ...], rounds: int, repeat: int) -> list[dict]:
+    """Step time with attention always explicit / always fused, per (head width, keys):
+    the measurements behind EXPLICIT_KEYS. Causal, no padding: the case the rule decides."""
+    rows = []
+    for head_dim in widths:
+        for seq in keys:
+            d_model = 4 * head_dim
+            shape = Shape(vocab=64, seq=seq, batch=max(8, 2048 // seq), d_model=d_model, heads=4, layers=2,
+                          d_ff=4 * d_model)  # fmt: skip
+            torch.manual_seed(0)
+            tokens = torch.randint(0, shape.vocab, (shape.batch, seq))
+            targets = torch.roll(tokens, -1, dims=1)
+            steps = {path: training_step(tinytf_on_one_path(shape, path == "explicit"), tokens, targets, shape.vocab)
+                     for path in ("explicit", "fused")}  # fmt: skip
+            times = round_robin(steps, rounds, repeat)
+            rows.append({"head_dim": head_dim, "keys": seq, "batch": shape.batch,
+                         "explicit_ms": 1e3 * times["explicit"], "fused_ms": 1e3 * times["fused"],
+                         "rule": "explicit" if seq in EXPLICIT_KEYS else "fused"})  # fmt: skip
+    return rows
+
+
+def print_path_sweep(rows: list[dict]) -> None:
+    print(f"Attention paths, whole training steps ({torch.get_num_threads()} threads); the rule: explicit for "
+          f"{EXPLICIT_KEYS.start}-{EXPLICIT_KEYS.stop - 1} keys\n")  # fmt: skip
+    print("| head width | keys | batch | explicit ms | fused ms | explicit / fused | rule picks | faster |")
+    print("|---:|---:|---:|---:|---:|---:|---|---|")
+    for row in rows:
+        ratio = row["explicit_ms"] / row["fused_ms"]
+        faster = "explicit" if ratio < 1 else "fused"
+        print(f"| {row['head_dim']} | {row['keys']} | {row['batch']} | {row['explicit_ms']:.2f} | "
+              f"{row['fused_ms']:.2f} | {ratio:.2f} | {row['rule']} | {faster} |")  # fmt: skip
+
+
 # --------------------------------------------------------------------------- report
 
 
@@ -372,6 +415,8 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--json", type=Path, default=None)
     parser.add_argument("--profile", action="store_true", help="where tinytf's step spends its time, and stop")
+    parser.add_argument("--paths", action="store_true", help="time the two attention paths over key lengths, and stop")
+    parser.add_argument("--keys", type=int, nargs="+", default=list(PATH_SWEEP_KEYS), help="--paths: key lengths")
     parser.add_argument("--no-compile", action="store_true", help=f"skip the {COMPILED!r} row (~20 s to compile)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -386,6 +431,12 @@ def main() -> None:
     if args.profile:
         for shape in shapes.values():
             profile_step(shape)
+        return
+    if args.paths:
+        rows = path_sweep(tuple(args.keys), PATH_SWEEP_WIDTHS, args.rounds, args.repeat)
+        print_path_sweep(rows)
+        if args.json:
+            args.json.write_text(json.dumps({"paths": rows}, indent=1))
         return
     peak = gemm_peak_flops(args.rounds)
     results = [bench_shape(name, shape, args.rounds, args.repeat, peak, not args.no_compile)

@@ -122,6 +122,15 @@ def test_bench_runs_a_custom_shape_and_writes_json(tmp_path):
     assert result["shapes"][0]["model_flops"] == result["shapes"][0]["model_flops_formula"]
 
 
+def test_bench_paths_times_both_attention_paths_and_names_the_rules_choice(tmp_path):
+    out = tmp_path / "paths.json"
+    run_script("scripts/bench.py", "--paths", "--keys", "8", "20", "--rounds", "1", "--repeat", "1", "--json", str(out))
+    rows = json.loads(out.read_text())["paths"]
+    assert [(row["head_dim"], row["keys"]) for row in rows] == [(16, 8), (16, 20), (32, 8), (32, 20)]
+    assert [row["rule"] for row in rows] == ["fused", "explicit", "fused", "explicit"]  # EXPLICIT_KEYS is 17-48
+    assert all(row["explicit_ms"] > 0 and row["fused_ms"] > 0 for row in rows)
+
+
 def test_bench_tasks_measures_the_tasks_asked_for(tmp_path):
     out = tmp_path / "tasks.json"
     tasks = ["copy", "text"]  # a symbol task, and the one that reads a file
