@@ -178,7 +178,9 @@ ATTENTION = {  # framing -> the attention map that reads the answer and the sour
         ("encoder", False, ((0, 2), (1, 1), (2, 0))),
         ("encoder", True, ((1, 3), (2, 2), (3, 1))),  # <bos> at 0 shifts queries and keys
         ("decoder", False, ((3, 2), (4, 1), (5, 0))),  # 3 1 2 <sep> 2 1: <sep> (3) predicts answer 0
+        ("decoder", True, ((4, 3), (5, 2), (6, 1))),  # <bos> 3 1 2 <sep> 2 1: <sep> (4) predicts answer 0
         ("encoder-decoder", False, ((0, 2), (1, 1), (2, 0))),  # <bos> 2 1 over the source 3 1 2
+        ("encoder-decoder", True, ((0, 3), (1, 2), (2, 1))),  # <bos> 2 1 over the source <bos> 3 1 2
     ],
 )
 def test_each_framing_places_reverse_pairs(arch, bos, expected):
@@ -212,7 +214,7 @@ FRAMED = [
     (name, arch, bos)
     for name in ALIGNED
     for arch in TASKS[name].archs
-    for bos in ((False, True) if arch == "encoder" else (False,))
+    for bos in ((False, True) if "bos" in TASKS[name].config_keys else (False,))
 ]
 
 

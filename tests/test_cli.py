@@ -87,8 +87,7 @@ def test_tasks_lists_every_task_with_its_architectures_and_keys():
         assert f"  architectures: {', '.join(cls.archs)}" in lines
         assert any(line.startswith("  example: ") for line in lines)
     assert "  keys: task.name, task.digits, task.answer_order, task.eval_size" in blocks["add"]
-    assert ("  keys: task.name, task.vocab_size, task.min_len, task.max_len, task.bos (arch=encoder only), "
-            "task.eval_size") in blocks["sort"]  # fmt: skip
+    assert "  keys: task.name, task.vocab_size, task.min_len, task.max_len, task.bos, task.eval_size" in blocks["sort"]
     assert "  keys: task.name, task.path, task.tokenizer, task.max_len, task.eval_size" in blocks["text"]
 
 

@@ -272,6 +272,23 @@ def test_attend_with_a_target_reads_that_answer(trained):
     assert f"answer: {' '.join(target)}\n" in table.stdout and f"answer: {' '.join(own)}\n" not in table.stdout
 
 
+@pytest.mark.parametrize("arch", ["decoder", "encoder-decoder"])
+def test_a_run_with_bos_shows_it_before_the_question_and_answers(arch, tmp_path):
+    data = {**TINY, "task": {**TINY["task"], "bos": True}, "model": {**TINY["model"], "arch": arch}}
+    runs = tmp_path / "runs"
+    assert invoke("train", write_config(tmp_path, data), "--runs-dir", runs).exit_code == 0
+    result = invoke("attend", "3 1 2", "--runs-dir", runs, "--target", "1 2 3", "--format", "json")
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    if arch == "decoder":
+        assert report["tokens"] == ["<bos>", "3", "1", "2", "<sep>", "1", "2", "3"]
+    else:
+        assert report["source_tokens"] == ["<bos>", "3", "1", "2"] and report["tokens"] == ["<bos>", "1", "2", "3"]
+    predicted = invoke("predict", "3 1 2", "--runs-dir", runs, "--format", "json")
+    assert predicted.exit_code == 0, predicted.output
+    assert json.loads(predicted.stdout)["input"] == ["3", "1", "2"]  # <bos> is the framing's, not the input's
+
+
 @pytest.mark.parametrize("trained", ["encoder"], indirect=True)
 def test_attend_with_a_target_on_an_encoder_is_an_error(trained):
     runs, _ = trained

@@ -91,6 +91,21 @@ def test_encoder_framing_with_bos_and_eos_filler():
     assert batch.labels[1].tolist()[2:] == [IGNORE, IGNORE]
 
 
+def test_bos_goes_before_the_source_in_every_framing_that_reads_one():
+    task = get_task(TaskConfig(name="reverse", bos=True))
+    pairs = pairs_of(task, [("1 2 3", "3 2 1"), ("4", "4")])
+    decode = task.vocab.decode
+    decoder = get_framing(task, "decoder").frame(pairs)
+    assert decode(decoder.tokens[0]) == ["<bos>", "1", "2", "3", "<sep>", "3", "2", "1"]
+    assert decoder.labels[0, :4].tolist() == [IGNORE] * 4 and decode(decoder.labels[0, 4:]) == ["3", "2", "1", "<eos>"]
+    assert decode(decoder.tokens[1, :4]) == ["<bos>", "4", "<sep>", "4"]
+    encoder_decoder = get_framing(task, "encoder-decoder").frame(pairs)
+    assert decode(encoder_decoder.source[0]) == ["<bos>", "1", "2", "3"]
+    assert encoder_decoder.source_pad_mask.tolist() == [[False] * 4, [False, False, True, True]]
+    assert decode(encoder_decoder.tokens[0]) == ["<bos>", "3", "2", "1"]  # the decoder's start token, as without
+    assert pairs.source.size(1) == 3  # the examples themselves are left as they were
+
+
 def test_encoder_decoder_framing():
     task = get_task(TaskConfig(name="add"))
     batch = get_framing(task, "encoder-decoder").frame(pairs_of(task, [("17+25", "42"), ("1+2", "3")]))
@@ -234,6 +249,7 @@ class CopyOracle(nn.Module):
         self.mistake_at = mistake_at  # answer position where the oracle is wrong
         self.mistake_if_first = mistake_if_first  # ... only in examples whose first symbol is one of these
         self.anchor = nn.Parameter(torch.zeros(()))
+        self.read_bos = set()  # whether the source it read began with <bos>, per source read
 
     def forward(self, tokens, *, source=None, pad_mask=None, source_pad_mask=None):
         return self._logits(tokens, source, source_pad_mask)
@@ -264,6 +280,9 @@ class CopyOracle(nn.Module):
                 wanted = row[:offset]
             else:
                 wanted, offset = source[b][~source_pad_mask[b]].tolist(), 0
+            self.read_bos.add(bool(wanted) and wanted[0] == self.vocab.bos_id)
+            if wanted and wanted[0] == self.vocab.bos_id:  # task.bos: <bos> before the source
+                wanted, offset = wanted[1:], offset + (self.config.arch == "encoder")
             wrong = self.mistake_if_first is None or (wanted and wanted[0] in self.mistake_if_first)
             for k, token in enumerate(wanted):
                 if offset + k < length:
@@ -271,24 +290,28 @@ class CopyOracle(nn.Module):
         return nn.functional.one_hot(answer, len(self.vocab)).float() * 10 + self.anchor
 
 
+@pytest.mark.parametrize("bos", [False, True])
 @pytest.mark.parametrize("arch", ARCHS)
-def test_metrics_of_a_perfect_and_a_flawed_model(arch):
-    task = get_task(TaskConfig(name="copy", min_len=2, max_len=6))
+def test_metrics_of_a_perfect_and_a_flawed_model(arch, bos):
+    task = get_task(TaskConfig(name="copy", min_len=2, max_len=6, bos=bos))
     pairs = task.sample(40, torch.Generator().manual_seed(0))
     perfect = evaluate(CopyOracle(task, arch), get_framing(task, arch), pairs, batch_size=16)
     assert perfect["token_acc"] == 1.0 and perfect["seq_acc"] == 1.0
-    answers = get_framing(task, arch).answers(CopyOracle(task, arch), pairs)
+    oracle = CopyOracle(task, arch)
+    answers = get_framing(task, arch).answers(oracle, pairs)
     assert answers == [pairs.example(i)[1] for i in range(40)]
+    assert oracle.read_bos == {bos}  # answering puts <bos> before every source exactly when training does
 
     flawed = evaluate(CopyOracle(task, arch, mistake_at=1), get_framing(task, arch), pairs, batch_size=16)
     assert flawed["seq_acc"] == 0.0  # every example has an answer position 1 (min_len=2)
     assert 0.5 < flawed["token_acc"] < 1.0
 
 
+@pytest.mark.parametrize("bos", [False, True])
 @pytest.mark.parametrize("arch", ARCHS)
-def test_seq_acc_is_the_exact_match_rate_of_greedy_generation(arch):
+def test_seq_acc_is_the_exact_match_rate_of_greedy_generation(arch, bos):
     # evaluate() scores seq_acc teacher-forced; it must equal generating the answers.
-    task = get_task(TaskConfig(name="copy", min_len=2, max_len=6))
+    task = get_task(TaskConfig(name="copy", min_len=2, max_len=6, bos=bos))
     pairs = task.sample(60, torch.Generator().manual_seed(1))
     for mistake_at in (0, 1, 5):  # 5: only examples of length 6 are wrong
         oracle = CopyOracle(task, arch, mistake_at=mistake_at, mistake_if_first=set(task.vocab.encode("0 2 4 6 8")))

@@ -120,10 +120,15 @@ def test_symbol_tasks_were_trained_on_min_len_to_max_len():
     assert "has 6 tokens" in framing.length_note(framing.typed_input("1 2 3 4 0 1", 256))
 
 
-def test_an_encoder_s_bos_is_not_counted():
-    framing = get_framing(get_task(tiny_config(task={"bos": True}).task), "encoder")
-    assert framing.added_tokens() == 1
+@pytest.mark.parametrize(("arch", "added"), [("encoder", 1), ("decoder", 2), ("encoder-decoder", 1)])
+def test_a_bos_is_not_counted_as_input_but_must_fit(arch, added):
+    framing = get_framing(get_task(tiny_config(task={"bos": True}).task), arch)
+    assert framing.added_tokens() == added  # <bos> (and the decoder's <sep>)
     assert framing.length_note(framing.typed_input("1 2 3 4 0", 256)) is None
+    if arch == "decoder":  # <bos> + 5 + <sep> + an answer of up to 5 (tiny_config's max_len): 12 tokens
+        assert framing.typed_input("1 2 3 4 0", 12) == framing.vocab.encode("1 2 3 4 0")
+        with pytest.raises(UserError, match="with <bos>, <sep> and its answer"):
+            framing.typed_input("1 2 3 4 0", 11)
 
 
 def test_a_language_model_was_trained_on_prompts_up_to_its_window(tmp_path):

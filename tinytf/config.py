@@ -111,7 +111,7 @@ class TaskConfig(Section):
     max_len: PositiveInt = Field(12, le=MAX_EXAMPLE_TOKENS - 2)
     digits: Annotated[int, Strict(), Field(gt=0, le=18)] = 3  # add: up to this many digits per number
     answer_order: Literal["msd", "lsd"] = "msd"  # add: most- or least-significant digit first
-    bos: Bool = False  # encoder: prepend a <bos> position (a place for "global" attention)
+    bos: Bool = False  # a <bos> position before the source (a place for "global" attention)
     path: str | None = None  # text: the UTF-8 file to model
     tokenizer: Literal["char", "word"] = "char"  # text: how to split it
     # Held-out examples, disjoint from training. The whole set is drawn and fingerprinted at

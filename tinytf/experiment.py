@@ -132,7 +132,8 @@ def describe_tasks() -> list[str]:
     framing_only = {key: [f.name for f in FRAMINGS.values() if key in f.task_keys] for key in _framing_only_keys()}
     lines = []
     for name, cls in TASKS.items():
-        keys = [f"{key} (arch={', '.join(framing_only[key])} only)" if key in framing_only else key
+        keys = [f"{key} (arch={', '.join(framing_only[key])} only)"
+                if key in framing_only and not set(cls.archs) <= set(framing_only[key]) else key
                 for key in (*cls.config_keys, "eval_size")]  # fmt: skip
         lines += [name, f"  {cls.description}", f"  architectures: {', '.join(cls.archs)}",
                   f"  keys: task.name, task.{', task.'.join(keys)}"]  # fmt: skip
@@ -172,5 +173,5 @@ def _check_model_keys(config: Config) -> None:
 
 
 def _framing_only_keys() -> set[str]:
-    """Task keys that some framing alone reads (task.bos: the encoder's)."""
+    """Task keys that only some framings read (task.bos: not the language model's)."""
     return {key for framing in FRAMINGS.values() for key in framing.task_keys}

@@ -8,12 +8,17 @@ How (source, target) becomes model input:
     encoder          tokens  = [<bos>] s1 s2 s3            one prediction per position:
                      labels  =  [-]    t1 t2 t3            the target has the source's length
                                                            (a shorter one is filled with <eos>)
-    decoder          tokens  = s1 s2 <sep> t1 t2           one causal sequence; only the
-                     labels  =  -  -  t1   t2 <eos>        answer is scored
-    encoder-decoder  source  = s1 s2 s3                    the encoder reads the source,
+    decoder          tokens  = [<bos>] s1 s2 <sep> t1 t2   one causal sequence; only the
+                     labels  =  [-]    -  -  t1   t2 <eos> answer is scored
+    encoder-decoder  source  = [<bos>] s1 s2 s3            the encoder reads the source,
                      tokens  = <bos> t1 t2                 the decoder writes the answer
                      labels  = t1    t2 <eos>
     language-model   tokens  = w1 w2 w3, labels = w2 w3 w4 (next-token prediction; decoder only)
+
+[<bos>]: with task.bos, a <bos> position before the source, read and never scored: a
+place for heads with nothing to find to rest, and one whose share of a head's attention
+tells how many positions matched (how counting heads count). The encoder-decoder's
+decoder always starts from <bos>: that one is its start token, not task.bos.
 
 Labels are IGNORE (-100) where nothing is scored: padding and, for the decoder, the
 question. Sequences pad with <pad> to the batch's longest. Encoders (and the source of
@@ -29,8 +34,8 @@ source token i") in the attention maps: answer token j's prediction is the query
 token i the key (j and i count from 0; n: the source's length; bos: 1 with task.bos):
 
     encoder          encoder self-attention    (j + bos, i + bos)
-    decoder          decoder self-attention    (n + j, i)      <sep> at n predicts t1
-    encoder-decoder  decoder cross-attention   (j, i)          <bos> predicts t1
+    decoder          decoder self-attention    (bos + n + j, bos + i)   <sep> predicts t1
+    encoder-decoder  decoder cross-attention   (j, bos + i)             <bos> predicts t1
     language-model   decoder self-attention    (j - 1, i)      both index the sequence
 
     framing = get_framing(task, config.model.arch)
@@ -109,7 +114,7 @@ class Framing:
     that raise NotImplementedError; `get_framing` picks the class."""
 
     name: ClassVar[str]
-    # Keys of the config's task section that only this framing reads (task.bos: encoder).
+    # Keys of the config's task section that only some framings read (task.bos: those with a source).
     task_keys: ClassVar[tuple[str, ...]] = ()
     # Keys of the model section that only this architecture uses (per-stack depths).
     model_keys: ClassVar[tuple[str, ...]] = ()
@@ -124,6 +129,20 @@ class Framing:
     @property
     def vocab(self) -> Vocabulary:
         return self.task.vocab
+
+    @property
+    def bos(self) -> int:
+        """1 when a <bos> position goes before the source (task.bos), else 0."""
+        return int("bos" in self.task_keys and self.task.config.bos)
+
+    def with_bos(self, pairs: Pairs) -> Pairs:
+        """The examples with <bos> put before each source when task.bos is set: source
+        (B, S) -> (B, 1 + S). Framings that take it call this on every example they
+        read, so examples and typed inputs never carry it themselves."""
+        if not self.bos:
+            return pairs
+        source = prepend(pairs.source, self.vocab.bos_id)  # (B, 1 + S)
+        return dataclasses.replace(pairs, source=source, source_len=pairs.source_len + 1)
 
     def model_lengths(self) -> tuple[int, int]:
         """The longest (tokens, source) lengths the task's examples give the model."""
@@ -240,14 +259,13 @@ class EncoderFraming(Framing):
     alignment_attention = ("encoder", "self")
 
     def model_lengths(self) -> tuple[int, int]:
-        return self.task.max_source_len + int(self.task.config.bos), 0
+        return self.task.max_source_len + self.bos, 0
 
     def added_tokens(self) -> int:
-        return int(self.task.config.bos)  # the leading <bos> position
+        return self.bos  # the leading <bos> position
 
     def alignment_origin(self, source: list[int]) -> tuple[int, int]:
-        bos = int(self.task.config.bos)
-        return bos, bos  # position bos + j reads source token j and predicts answer token j
+        return self.bos, self.bos  # position bos + j reads source token j and predicts answer token j
 
     def frame(self, pairs: Pairs) -> Batch:
         if bool((pairs.target_len > pairs.source_len).any()):
@@ -259,7 +277,7 @@ class EncoderFraming(Framing):
         labels = _pad_or_cut(pairs.target, width)
         labels = torch.where(positions_below(pairs.target_len, width), labels, self.vocab.eos_id)
         labels = labels.masked_fill(~in_source, IGNORE)
-        if self.task.config.bos:
+        if self.bos:  # <bos> s1 s2 ..., its label IGNORE (as with_bos, with the labels kept in step)
             tokens = prepend(tokens, self.vocab.bos_id)
             labels = prepend(labels, IGNORE)
             in_source = prepend(in_source, True)
@@ -288,32 +306,37 @@ class EncoderFraming(Framing):
 
 
 class DecoderFraming(Framing):
-    """Question and answer in one causal sequence: `source <sep> target <eos>`."""
+    """Question and answer in one causal sequence: `[<bos>] source <sep> target <eos>`."""
 
     name = "decoder"
+    task_keys = ("bos",)
 
     def model_lengths(self) -> tuple[int, int]:
-        return self.task.max_source_len + self.task.max_target_len + 1, 0  # source <sep> target (<eos> is a label)
+        # [<bos>] source <sep> target (<eos> is a label)
+        return self.bos + self.task.max_source_len + 1 + self.task.max_target_len, 0
 
     def added_tokens(self) -> int:
-        return 1  # <sep> after the question
+        return self.bos + 1  # [<bos>] before the question, <sep> after it
 
     def alignment_origin(self, source: list[int]) -> tuple[int, int]:
-        return len(source), 0  # s1..sn <sep> t1..: <sep> (position n) predicts answer token 0
+        # [<bos>] s1..sn <sep> t1..: <sep> (position bos + n) predicts answer token 0
+        return self.bos + len(source), self.bos
 
     def typed_input(self, text: str, max_len: int) -> list[int]:
         """As `Framing.typed_input`, and the answer must fit too: the model reads
-        `source <sep>`, then each token of its answer as it writes it (never <eos>)."""
+        `[<bos>] source <sep>`, then each token of its answer as it writes it (never <eos>)."""
         ids = super().typed_input(text, max_len)
-        answer = self.task.max_target_len
-        if len(ids) + 1 + answer > max_len:
+        answer, added = self.task.max_target_len, self.added_tokens()
+        if len(ids) + added + answer > max_len:
+            framing_tokens = "<bos>, <sep>" if self.bos else "<sep>"
             raise UserError(
-                f"the input has {len(ids)} tokens; with <sep> and its answer (up to {answer} tokens) "
-                f"this model's max_len={max_len} leaves room for inputs of up to {max_len - 1 - answer}"
+                f"the input has {len(ids)} tokens; with {framing_tokens} and its answer (up to {answer} tokens) "
+                f"this model's max_len={max_len} leaves room for inputs of up to {max_len - added - answer}"
             )
         return ids
 
     def frame(self, pairs: Pairs) -> Batch:
+        pairs = self.with_bos(pairs)  # [<bos>] s1 .. sn: the question the model reads
         with_eos, target_len = _append_eos(pairs, self.vocab.eos_id)  # (B, T+1): t1 .. tn <eos>
         # source <sep> target <eos>, squeezed together, as one sequence
         sep = torch.full((len(pairs), 1), self.vocab.sep_id)
@@ -333,7 +356,8 @@ class DecoderFraming(Framing):
         return self.answer_ids(model, [pairs.example(i)[0] for i in range(len(pairs))])
 
     def answer_ids(self, model: nn.Module, sources: list[list[int]]) -> list[list[int]]:
-        prompts = [[*source, self.vocab.sep_id] for source in sources]  # source <sep>
+        bos = [self.vocab.bos_id] * self.bos
+        prompts = [[*bos, *source, self.vocab.sep_id] for source in sources]  # [<bos>] source <sep>
         return generate_each(model, prompts, self.task.max_target_len + 1, self.vocab.eos_id)  # answer + <eos>
 
 
@@ -341,16 +365,22 @@ class EncoderDecoderFraming(Framing):
     """The encoder reads the source; the decoder writes `<bos> target` and predicts `target <eos>`."""
 
     name = "encoder-decoder"
+    task_keys = ("bos",)
     model_keys = ("n_encoder_layers", "n_decoder_layers")
     alignment_attention = ("decoder", "cross")
 
+    def added_tokens(self) -> int:
+        return self.bos  # [<bos>] before the source
+
     def alignment_origin(self, source: list[int]) -> tuple[int, int]:
-        return 0, 0  # decoder position j (<bos> t1..) predicts answer token j; encoder position i is source token i
+        # decoder position j (<bos> t1..) predicts answer token j; encoder position bos + i is source token i
+        return 0, self.bos
 
     def model_lengths(self) -> tuple[int, int]:
-        return self.task.max_target_len + 1, self.task.max_source_len  # <bos> target | source
+        return self.task.max_target_len + 1, self.bos + self.task.max_source_len  # <bos> target | [<bos>] source
 
     def frame(self, pairs: Pairs) -> Batch:
+        pairs = self.with_bos(pairs)  # the source the encoder reads: [<bos>] s1 .. sn
         with_eos, target_len = _append_eos(pairs, self.vocab.eos_id)  # (B, T+1): t1 .. tn <eos>
         source_width = int(pairs.source_len.max())
         width = int(target_len.max())
@@ -364,6 +394,7 @@ class EncoderDecoderFraming(Framing):
         if len(pairs) == 0:
             return []
         # Encode once; the decoder starts from <bos> and attends to the (padded) source.
+        pairs = self.with_bos(pairs)
         device = _device(model)
         width = int(pairs.source_len.max())
         source = pairs.source[:, :width].to(device)  # (B, S)

@@ -191,7 +191,7 @@ class SymbolTask(Task):
     """Tasks over random strings of `task.vocab_size` symbols "0", "1", ... with lengths
     drawn uniformly from [`task.min_len`, `task.max_len`]. Subclasses compute the
     target from the source in `targets`, vectorised over the batch. (`task.bos` is read
-    by the encoder framing only.)"""
+    by the framings, which put <bos> before the source.)"""
 
     config_keys = ("vocab_size", "min_len", "max_len", "bos")
 
