@@ -419,6 +419,8 @@ def main() -> None:
     parser.add_argument("--keys", type=int, nargs="+", default=list(PATH_SWEEP_KEYS), help="--paths: key lengths")
     parser.add_argument("--no-compile", action="store_true", help=f"skip the {COMPILED!r} row (~20 s to compile)")
     args = parser.parse_args()
+    if min(args.keys) < 1:
+        parser.error("--keys: key lengths must be at least 1")
     torch.set_num_threads(args.threads)
 
     custom = {key: getattr(args, key) for key in Shape.__dataclass_fields__ if getattr(args, key) is not None}

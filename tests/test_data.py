@@ -280,8 +280,9 @@ class CopyOracle(nn.Module):
                 wanted = row[:offset]
             else:
                 wanted, offset = source[b][~source_pad_mask[b]].tolist(), 0
-            self.read_bos.add(bool(wanted) and wanted[0] == self.vocab.bos_id)
-            if wanted and wanted[0] == self.vocab.bos_id:  # task.bos: <bos> before the source
+            starts_with_bos = bool(wanted) and wanted[0] == self.vocab.bos_id  # task.bos
+            self.read_bos.add(starts_with_bos)
+            if starts_with_bos:
                 wanted, offset = wanted[1:], offset + (self.config.arch == "encoder")
             wrong = self.mistake_if_first is None or (wanted and wanted[0] in self.mistake_if_first)
             for k, token in enumerate(wanted):
