@@ -12,7 +12,8 @@ Contenders (scripts/contenders.py says what each is and why the comparison is fa
 a causal language model of the same shape trained with the same optimizer (fused AdamW)
 on the same random tokens:
     tinytf            tinytf.build_model (fused QKV; attention on the path its shape rule
-                      picks: explicit for 17-48 keys on a CPU, else PyTorch's fused kernel)
+                      picks: explicit for 17-48 keys on a CPU, 1-48 at head widths from 32,
+                      else PyTorch's fused kernel)
     torch-encoder     torch.nn.TransformerEncoder (pre-LN, GELU) with a causal mask
     textbook          the seed chapter's code: separate W_Q, W_K, W_V, W_O, masked_fill
                       + softmax, post-LN, ReLU
@@ -33,7 +34,7 @@ a plain forward, and the fixed cost of one tinytf step at batch 1 x 8 tokens.
 `--profile` prints instead where the time of tinytf's step goes, eager and compiled
 (torch.profiler, self time per operator). `--paths` measures instead what attention.py's
 shape rule rests on: whole training steps of a 2-layer causal LM (batch x keys = 2,048
-tokens) with each attention path forced, over key lengths and two head widths, and which
+tokens) with each attention path forced, over key lengths and three head widths, and which
 path the rule picks at each.
 
 Model FLOPs of one training step are counted by torch.utils.flop_counter.FlopCounterMode
@@ -71,7 +72,7 @@ from contenders import CONTENDERS, Shape, tinytf_model, tinytf_on_one_path
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from tinytf.model.attention import EXPLICIT_KEYS
+from tinytf.model.attention import EXPLICIT_KEYS, EXPLICIT_KEYS_WIDE_HEADS, explicit_keys
 
 SHAPES = {
     "tiny": dict(vocab=64, seq=32, batch=64, d_model=64, heads=4, layers=2, d_ff=256),
@@ -339,12 +340,12 @@ def profile_step(shape: Shape, steps: int = 20) -> None:
 
 
 PATH_SWEEP_KEYS = (8, 12, 16, 20, 24, 28, 32, 48, 64)
-PATH_SWEEP_WIDTHS = (16, 32)  # head widths: d_model 64 and 128 with 4 heads
+PATH_SWEEP_WIDTHS = (16, 32, 64)  # head widths: d_model 64, 128 and 256 with 4 heads
 
 
 def path_sweep(keys: tuple[int, ...], widths: tuple[int, ...], rounds: int, repeat: int) -> list[dict]:
     """Step time with attention always explicit / always fused, per (head width, keys):
-    the measurements behind EXPLICIT_KEYS. Causal, no padding: the case the rule decides."""
+    the measurements behind attention.explicit_keys. Causal, no padding: the case the rule decides."""
     rows = []
     for head_dim in widths:
         for seq in keys:
@@ -359,13 +360,14 @@ def path_sweep(keys: tuple[int, ...], widths: tuple[int, ...], rounds: int, repe
             times = round_robin(steps, rounds, repeat)
             rows.append({"head_dim": head_dim, "keys": seq, "batch": shape.batch,
                          "explicit_ms": 1e3 * times["explicit"], "fused_ms": 1e3 * times["fused"],
-                         "rule": "explicit" if seq in EXPLICIT_KEYS else "fused"})  # fmt: skip
+                         "rule": "explicit" if seq in explicit_keys(head_dim) else "fused"})  # fmt: skip
     return rows
 
 
 def print_path_sweep(rows: list[dict]) -> None:
+    narrow, wide = EXPLICIT_KEYS, EXPLICIT_KEYS_WIDE_HEADS
     print(f"Attention paths, whole training steps ({torch.get_num_threads()} threads); the rule: explicit for "
-          f"{EXPLICIT_KEYS.start}-{EXPLICIT_KEYS.stop - 1} keys\n")  # fmt: skip
+          f"{narrow.start}-{narrow.stop - 1} keys, {wide.start}-{wide.stop - 1} at head widths from 32\n")  # fmt: skip
     print("| head width | keys | batch | explicit ms | fused ms | explicit / fused | rule picks | faster |")
     print("|---:|---:|---:|---:|---:|---:|---|---|")
     for row in rows:

@@ -9,7 +9,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tinytf.model.attention import EXPLICIT_KEYS, MultiHeadAttention, attention
+from tinytf.model.attention import (
+    EXPLICIT_KEYS,
+    EXPLICIT_KEYS_WIDE_HEADS,
+    MultiHeadAttention,
+    attention,
+    explicit_keys,
+)
 from tinytf.model.masks import attention_bias, bias_from_allowed, causal_allowed
 
 D_MODEL, N_HEADS = 32, 4
@@ -72,21 +78,27 @@ def test_multi_head_attention_matches_torch(kind, masking):
     assert weights.shape == (3, N_HEADS, 6, key_len)
     torch.testing.assert_close(weights, ref_weights, **TOL)
     torch.testing.assert_close(out, ref_out, **TOL)
-    for explicit_keys in (range(0), range(1000)):  # without weights: the fused kernel; the explicit path
-        ours.explicit_keys = explicit_keys
+    for keys in (range(0), range(1000)):  # without weights: the fused kernel; the explicit path
+        ours.explicit_keys = keys
         path_out, no_weights = ours(x, **kwargs)
         torch.testing.assert_close(path_out, ref_out, **TOL)
         assert no_weights is None
 
 
-def test_the_shape_rule_takes_the_explicit_path_for_few_keys_on_a_cpu(monkeypatch):
-    key_lengths = []
+@pytest.fixture
+def key_lengths(monkeypatch):
+    """The key length of every call that takes the explicit path, in order."""
+    lengths = []
 
     def recording_attention(q, k, v, **kwargs):
-        key_lengths.append(k.size(-2))
+        lengths.append(k.size(-2))
         return attention(q, k, v, **kwargs)
 
     monkeypatch.setattr(attention_module, "attention", recording_attention)
+    return lengths
+
+
+def test_the_shape_rule_takes_the_explicit_path_for_few_keys_on_a_cpu(key_lengths):
     module = MultiHeadAttention(D_MODEL, N_HEADS)
     first, last = EXPLICIT_KEYS[0], EXPLICIT_KEYS[-1]
     for length in (1, first - 1, first, last, last + 1, 128):
@@ -97,6 +109,15 @@ def test_the_shape_rule_takes_the_explicit_path_for_few_keys_on_a_cpu(monkeypatc
     bias = attention_bias(padding(2, first, [first, 3]), first, causal=False)
     module(torch.randn(2, first, D_MODEL), attn_bias=bias)
     assert key_lengths == [first, last]
+
+
+def test_wide_heads_take_the_explicit_path_for_short_inputs_too(key_lengths):
+    for d_model, n_heads in [(64, 2), (128, 2)]:  # head widths 32 and 64
+        module = MultiHeadAttention(d_model, n_heads)
+        for length in (1, 8, 16, 17, 48, 49):
+            module(torch.randn(2, length, d_model), is_causal=True)
+    assert key_lengths == [1, 8, 16, 17, 48] * 2
+    assert explicit_keys(31) == EXPLICIT_KEYS and explicit_keys(32) == EXPLICIT_KEYS_WIDE_HEADS
 
 
 @pytest.mark.parametrize("masking", ["causal", "bias"])

@@ -126,8 +126,9 @@ def test_bench_paths_times_both_attention_paths_and_names_the_rules_choice(tmp_p
     out = tmp_path / "paths.json"
     run_script("scripts/bench.py", "--paths", "--keys", "8", "20", "--rounds", "1", "--repeat", "1", "--json", str(out))
     rows = json.loads(out.read_text())["paths"]
-    assert [(row["head_dim"], row["keys"]) for row in rows] == [(16, 8), (16, 20), (32, 8), (32, 20)]
-    assert [row["rule"] for row in rows] == ["fused", "explicit", "fused", "explicit"]  # EXPLICIT_KEYS is 17-48
+    assert [(row["head_dim"], row["keys"]) for row in rows] == [(w, k) for w in (16, 32, 64) for k in (8, 20)]
+    # attention.explicit_keys: 17-48 keys at head width 16, 1-48 from 32
+    assert [row["rule"] for row in rows] == ["fused", "explicit"] + ["explicit"] * 4
     assert all(row["explicit_ms"] > 0 and row["fused_ms"] > 0 for row in rows)
 
 

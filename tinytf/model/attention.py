@@ -16,9 +16,9 @@ Shape legend (used in every comment below):
 same meaning, and also returns the attention weights. `MultiHeadAttention` calls
 `attention` when the weights are asked for (`return_attention`, or a probe that wants its
 pattern: see hooks.py). Otherwise it takes whichever of the two trained faster where we
-measured it: on a CPU, `attention` for EXPLICIT_KEYS (17 to 48) keys under no mask or the
-causal one; the fused kernel for fewer or more keys, under a bias (padding), and always on
-a GPU.
+measured it: on a CPU, `attention` under no mask or the causal one for 17 to 48 keys (1 to
+48 with heads 32 or more wide: see `explicit_keys`); the fused kernel for other lengths,
+under a bias (padding), and always on a GPU.
 """
 
 from __future__ import annotations
@@ -92,12 +92,21 @@ def attention(
     return output, weights
 
 
-# The shape rule, from whole training steps of a causal LM on a 2-core CPU, each path forced
-# (README "Performance"): with 20 to 48 keys the explicit path was 6-19% faster at head width
-# 16; with 8 to 16 keys 2-7% slower; with 64 about the same (0.98-1.05x), with 128 1-4%
-# slower. Attention under an attn_bias (padding) stays on the fused kernel, where it always
-# ran: the rule was not measured there.
-EXPLICIT_KEYS = range(17, 49)
+# The shape rule, from whole training steps of a 2-layer causal LM on a 2-core CPU, each
+# path forced (`python scripts/bench.py --paths`, four runs; README "Performance"). Head
+# width 16: with 20 to 48 keys the explicit path took 0.81-0.97x the time in 19 of 20
+# timings (once 1.04x); with 8 to 16 keys 1.00-1.12x; with 64 0.92-1.15x. Head width 32:
+# 0.85-0.99x at every length from 8 to 48 keys; 64 keys stay on the kernel (0.94-0.99x
+# here, but 0.98-1.04x at the benchmark's default shape). Head width 64 (two runs):
+# 0.97-1.03x from 8 to 64 keys, a tie. Attention under an attn_bias (padding) stays on the
+# fused kernel, where it always ran: the rule was not measured there.
+EXPLICIT_KEYS = range(17, 49)  # head widths under 32
+EXPLICIT_KEYS_WIDE_HEADS = range(1, 49)  # head widths of 32 and more
+
+
+def explicit_keys(head_dim: int) -> range:
+    """Key lengths at which the explicit path trains faster on a CPU than the fused kernel."""
+    return EXPLICIT_KEYS_WIDE_HEADS if head_dim >= 32 else EXPLICIT_KEYS
 
 
 @dataclass
@@ -136,8 +145,8 @@ class MultiHeadAttention(nn.Module):
         self.qkv_proj = nn.Linear(d_model, 3 * d_model, bias=bias)  # [W_Q; W_K; W_V]
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)  # W_O
         # Without weights asked for, on a CPU and without attn_bias: the explicit path for these
-        # key lengths, the fused kernel otherwise (same math; see EXPLICIT_KEYS). range(0): never.
-        self.explicit_keys = EXPLICIT_KEYS
+        # key lengths, the fused kernel otherwise (same math; see explicit_keys). range(0): never.
+        self.explicit_keys = explicit_keys(self.head_dim)
 
     def forward(
         self,
