@@ -72,7 +72,7 @@ from contenders import CONTENDERS, Shape, tinytf_model, tinytf_on_one_path
 from torch import nn
 from torch.utils.flop_counter import FlopCounterMode
 
-from tinytf.model.attention import EXPLICIT_KEYS, EXPLICIT_KEYS_WIDE_HEADS, explicit_keys
+from tinytf.model.attention import EXPLICIT_KEYS, EXPLICIT_KEYS_WIDE_HEADS, WIDE_HEAD_DIM, explicit_keys
 
 SHAPES = {
     "tiny": dict(vocab=64, seq=32, batch=64, d_model=64, heads=4, layers=2, d_ff=256),
@@ -366,8 +366,9 @@ def path_sweep(keys: tuple[int, ...], widths: tuple[int, ...], rounds: int, repe
 
 def print_path_sweep(rows: list[dict]) -> None:
     narrow, wide = EXPLICIT_KEYS, EXPLICIT_KEYS_WIDE_HEADS
-    print(f"Attention paths, whole training steps ({torch.get_num_threads()} threads); the rule: explicit for "
-          f"{narrow.start}-{narrow.stop - 1} keys, {wide.start}-{wide.stop - 1} at head widths from 32\n")  # fmt: skip
+    rule = (f"explicit for {narrow.start}-{narrow.stop - 1} keys, "
+            f"{wide.start}-{wide.stop - 1} at head widths from {WIDE_HEAD_DIM}")  # fmt: skip
+    print(f"Attention paths, whole training steps ({torch.get_num_threads()} threads); the rule: {rule}\n")
     print("| head width | keys | batch | explicit ms | fused ms | explicit / fused | rule picks | faster |")
     print("|---:|---:|---:|---:|---:|---:|---|---|")
     for row in rows:

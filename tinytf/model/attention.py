@@ -100,13 +100,14 @@ def attention(
 # here, but 0.98-1.04x at the benchmark's default shape). Head width 64 (two runs):
 # 0.97-1.03x from 8 to 64 keys, a tie. Attention under an attn_bias (padding) stays on the
 # fused kernel, where it always ran: the rule was not measured there.
-EXPLICIT_KEYS = range(17, 49)  # head widths under 32
-EXPLICIT_KEYS_WIDE_HEADS = range(1, 49)  # head widths of 32 and more
+WIDE_HEAD_DIM = 32  # heads at least this wide take the explicit path for short inputs too
+EXPLICIT_KEYS = range(17, 49)  # head widths under WIDE_HEAD_DIM
+EXPLICIT_KEYS_WIDE_HEADS = range(1, 49)  # head widths of WIDE_HEAD_DIM and more
 
 
 def explicit_keys(head_dim: int) -> range:
     """Key lengths at which the explicit path trains faster on a CPU than the fused kernel."""
-    return EXPLICIT_KEYS_WIDE_HEADS if head_dim >= 32 else EXPLICIT_KEYS
+    return EXPLICIT_KEYS_WIDE_HEADS if head_dim >= WIDE_HEAD_DIM else EXPLICIT_KEYS
 
 
 @dataclass
