@@ -219,6 +219,33 @@ def test_resume_after_every_process_was_killed_equals_the_uninterrupted_job(tmp_
     assert rows[1] == rows[0]
 
 
+# A script for torchrun: at exit (after the CLI has returned, before the interpreter shuts
+# down), each process writes the names of its native threads to threads.RANK.
+LIST_THREADS = """
+import atexit, os
+from pathlib import Path
+def _list_threads():
+    names = [Path(f"/proc/self/task/{tid}/comm").read_text().strip() for tid in os.listdir("/proc/self/task")]
+    Path(f"threads.{os.environ['RANK']}").write_text("\\n".join(names))
+atexit.register(_list_threads)
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads a process's threads from Linux's /proc")
+def test_no_gloo_thread_outlives_the_job(tmp_path):
+    # A gloo thread still running at interpreter shutdown may touch Python objects and abort
+    # the process after the training had succeeded (see join_job): leaving the job must stop
+    # them. It did not while torch._dynamo, imported by DDP, held the process group.
+    config = write_config(tmp_path, tiny_data(log={"attention_every": 1000}))
+    runner = script(tmp_path, "threads.py", LIST_THREADS, RUN_CLI)
+    job = torchrun(runner, "train", config, "--runs-dir", tmp_path / "runs", cwd=tmp_path)
+    assert job.returncode == 0, job.stderr[-3000:]
+    for rank in (0, 1):
+        names = (tmp_path / f"threads.{rank}").read_text().split("\n")
+        assert names and all(names), names  # the main thread at least
+        assert not [name for name in names if "gloo" in name], (rank, names)
+
+
 def test_ctrl_c_saves_once_from_rank_0_and_every_process_exits(tmp_path):
     data = tiny_data(train={"steps": 100_000, "eval_every": 100_000, "checkpoint_every": 100_000},
                      log={"every": 20, "attention_every": 100_000})  # fmt: skip

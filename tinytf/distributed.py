@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import datetime as dt
+import importlib
 import os
 import re
 import signal
@@ -301,6 +302,13 @@ def join_job(requested_device: str) -> Iterator[Job]:
     torch.set_num_threads(threads_per_process(launch.local_world_size))
     owned = not dist.is_initialized()  # a program that joined a group itself keeps it
     if owned:
+        # torch._dynamo (imported by DistributedDataParallel) keeps references to a process
+        # group that exists when it is first imported: the group then outlives
+        # destroy_process_group, and so do gloo's threads, which may still be releasing a
+        # collective's tensors while the interpreter shuts down (an abort at exit: "terminate
+        # called without an active exception"). Imported first, it holds none, and leaving
+        # the group joins those threads. tests/test_distributed.py checks that none is left.
+        importlib.import_module("torch._dynamo")
         dist.init_process_group("gloo", timeout=COLLECTIVE_TIMEOUT)  # torchrun's MASTER_ADDR and MASTER_PORT
     job = None
     try:
