@@ -196,3 +196,14 @@ def test_bench_inference_measures_predict_and_eval(tmp_path):
                                       "eval, in order", "eval, shortest first", "predict --file (CLI)"}  # fmt: skip
     assert all(value > 0 for value in result["seconds"].values())
     assert result["gflops"] > 0 and result["matmul_gflops"] > 0
+
+
+def test_step_times_times_each_variant_against_the_first(tmp_path):
+    out = tmp_path / "steps.json"
+    run_script("scripts/step_times.py", "configs/copy-encoder.yaml", "--variant", "model.d_ff=256",
+               "--variant", "model.d_ff=32 model.n_layers=1", "--threads", "1", "--warmup", "1", "--rounds", "3",
+               "--repeat", "2", "--json", str(out))  # fmt: skip
+    rows = json.loads(out.read_text())
+    assert [row["variant"] for row in rows] == ["model.d_ff=256", "model.d_ff=32 model.n_layers=1"]
+    assert rows[0]["ratio"] == 1.0 and all(row["step_ms"] > 0 for row in rows)
+    assert rows[1]["ratio"] == pytest.approx(rows[1]["step_ms"] / rows[0]["step_ms"])
