@@ -219,15 +219,27 @@ def test_resume_after_every_process_was_killed_equals_the_uninterrupted_job(tmp_
     assert rows[1] == rows[0]
 
 
-# A script for torchrun: at exit (after the CLI has returned, before the interpreter shuts
-# down), each process writes the names of its native threads to threads.RANK.
+# A script for torchrun: each process writes the names of its native threads to
+# threads.RANK.before as it leaves the process group, and to threads.RANK.at-exit at exit
+# (after the CLI has returned, before the interpreter shuts down).
 LIST_THREADS = """
 import atexit, os
 from pathlib import Path
-def _list_threads():
-    names = [Path(f"/proc/self/task/{tid}/comm").read_text().strip() for tid in os.listdir("/proc/self/task")]
-    Path(f"threads.{os.environ['RANK']}").write_text("\\n".join(names))
-atexit.register(_list_threads)
+import tinytf.distributed
+def _list_threads(when):
+    names = []
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            names.append(Path(f"/proc/self/task/{tid}/comm").read_text().strip())
+        except FileNotFoundError:  # the thread ended meanwhile
+            pass
+    Path(f"threads.{os.environ['RANK']}.{when}").write_text("\\n".join(names))
+_destroy = tinytf.distributed.dist.destroy_process_group
+def _listing_destroy(*args, **kwargs):
+    _list_threads("before")
+    return _destroy(*args, **kwargs)
+tinytf.distributed.dist.destroy_process_group = _listing_destroy
+atexit.register(_list_threads, "at-exit")
 """
 
 
@@ -241,9 +253,11 @@ def test_no_gloo_thread_outlives_the_job(tmp_path):
     job = torchrun(runner, "train", config, "--runs-dir", tmp_path / "runs", cwd=tmp_path)
     assert job.returncode == 0, job.stderr[-3000:]
     for rank in (0, 1):
-        names = (tmp_path / f"threads.{rank}").read_text().split("\n")
-        assert names and all(names), names  # the main thread at least
-        assert not [name for name in names if "gloo" in name], (rank, names)
+        before, at_exit = (
+            (tmp_path / f"threads.{rank}.{when}").read_text().split("\n") for when in ("before", "at-exit")
+        )
+        assert [name for name in before if "gloo" in name], before  # the listing sees gloo's threads...
+        assert not [name for name in at_exit if "gloo" in name], (rank, at_exit)  # ...and none is left
 
 
 def test_ctrl_c_saves_once_from_rank_0_and_every_process_exits(tmp_path):

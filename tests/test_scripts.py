@@ -207,3 +207,4 @@ def test_step_times_times_each_variant_against_the_first(tmp_path):
     assert [row["variant"] for row in rows] == ["model.d_ff=256", "model.d_ff=32 model.n_layers=1"]
     assert rows[0]["ratio"] == 1.0 and all(row["step_ms"] > 0 for row in rows)
     assert rows[1]["ratio"] == pytest.approx(rows[1]["step_ms"] / rows[0]["step_ms"])
+    assert rows[1]["parameters"] < rows[0]["parameters"]  # the overrides made the model smaller
