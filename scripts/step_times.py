@@ -6,11 +6,11 @@
 
 Each variant is the config with its `KEY=VALUE` overrides (space-separated; no variant: the
 config as it is). Every variant builds its own trainer, as `tinytf train` would, and trains
-`--warmup` steps untimed; then the variants take turns, `--repeat` steps each per round
-(each round starting one variant later, so none always runs first), and the report is
-each variant's median step time over `--rounds` rounds and its ratio to the first
-variant's. Taking turns exposes every variant to the same load on a shared machine, so the
-ratios hold where the times do not (see the README on noisy machines).
+`--warmup` steps untimed; then the variants take turns (bench.py's `round_robin`),
+`--repeat` steps each per round, and the report is each variant's median step time over
+`--rounds` rounds and its ratio to the first variant's. Taking turns exposes every
+variant to the same load on a shared machine, so the ratios hold where the times do not
+(see the README on noisy machines).
 
 A step is what the training loop does per step: draw and frame a batch, forward, loss,
 backward, clip, AdamW; no evaluation, logging or checkpoints. This is how the README
@@ -27,13 +27,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
-import time
 from pathlib import Path
 
 import torch
+from bench import round_robin
 
 from tinytf.distributed import OneProcess
+from tinytf.errors import UserError
 from tinytf.experiment import load_config
 from tinytf.training import Trainer, _assemble
 
@@ -50,21 +50,20 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     variants = args.variant or [""]
+    if len(set(variants)) < len(variants):
+        parser.error("each --variant once: the results are named by their overrides")
 
-    trainers = [trainer_for(args.config, variant.split()) for variant in variants]
-    for trainer in trainers:
+    try:
+        trainers = {variant: trainer_for(args.config, variant.split()) for variant in variants}
+    except UserError as err:  # a missing config, an unknown key, a bad value: one line
+        parser.error(str(err))
+    for trainer in trainers.values():
         train_steps(trainer, args.warmup)
-    seconds: list[list[float]] = [[] for _ in variants]  # per variant: one step's time, per round
-    for round_number in range(args.rounds):
-        for index in rotated(range(len(variants)), round_number):
-            start = time.perf_counter()
-            train_steps(trainers[index], args.repeat)
-            seconds[index].append((time.perf_counter() - start) / args.repeat)
-
-    medians = [statistics.median(times) for times in seconds]
-    rows = [{"config": args.config.name, "variant": variant, "parameters": parameters(trainer),
-             "step_ms": 1e3 * median, "ratio": median / medians[0]}
-            for variant, trainer, median in zip(variants, trainers, medians, strict=True)]  # fmt: skip
+    seconds = round_robin({variant: lambda t=trainer: train_steps(t, 1) for variant, trainer in trainers.items()},
+                          args.rounds, args.repeat)  # fmt: skip
+    first = seconds[variants[0]]
+    rows = [{"config": args.config.name, "variant": variant, "parameters": parameters(trainers[variant]),
+             "step_ms": 1e3 * seconds[variant], "ratio": seconds[variant] / first} for variant in variants]  # fmt: skip
     print(f"{args.config.name}, {args.threads} threads, median of {args.rounds} rounds of {args.repeat} steps:")
     for row in rows:
         print(
@@ -80,12 +79,6 @@ def trainer_for(path: Path, overrides: list[str]) -> Trainer:
     without a run folder (nothing is written)."""
     config = load_config(path, [*overrides, "train.device=cpu", "train.compile=false"])
     return _assemble(config, None, (), OneProcess())
-
-
-def rotated(items: range, by: int) -> list[int]:
-    """`items` starting at position `by` (modulo its length), wrapping around."""
-    shift = by % len(items)
-    return [*items[shift:], *items[:shift]]
 
 
 def parameters(trainer: Trainer) -> int:
