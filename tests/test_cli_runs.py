@@ -221,7 +221,7 @@ def test_resume_with_a_changed_model_is_refused_and_changes_nothing(trained):
     _, run_dir = trained
     config_before = (run_dir / "config.yaml").read_text()
     result = invoke("train", "--resume", run_dir, "--set", "model.d_model=32")
-    assert_user_error(result, "--set model.d_model=32: model.d_model: a resumed run keeps its task, model and seed")
+    assert_user_error(result, "--set model.d_model=32: model.d_model: a resumed run keeps its task, model, seed")
     assert (run_dir / "config.yaml").read_text() == config_before
 
 

@@ -57,11 +57,12 @@ def run(tmp_path_factory):
 @pytest.mark.parametrize(
     "override, fragment",
     [
-        ("task.vocab_size=7", "task.vocab_size: a resumed run keeps its task, model and seed"),
+        ("task.vocab_size=7", "task.vocab_size: a resumed run keeps its task, model, seed and optimizer"),
         ("task.name=reverse", "task.name: a resumed run keeps"),
         ("model.d_model=32", "model.d_model: a resumed run keeps"),
         ("model.arch=encoder", "model.arch: a resumed run keeps"),
         ("seed=1", "seed: a resumed run keeps"),
+        ("train.optimizer=muon", "train.optimizer: a resumed run keeps"),  # its moments are AdamW's
         ("train.steps=5", "train.steps=5: this run has trained 12 steps already"),
         ("train.lr=.inf", "train.lr"),
     ],

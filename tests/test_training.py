@@ -89,8 +89,9 @@ def test_training_is_deterministic_on_cpu(tmp_path):
     assert [r["loss"] for r in read_metrics(other_seed)] != losses[0]
 
 
-def test_ctrl_c_then_resume_ends_with_the_same_weights(tmp_path):
-    config = tiny_config()
+@pytest.mark.parametrize("optimizer", ["adamw", "muon"])
+def test_ctrl_c_then_resume_ends_with_the_same_weights(optimizer, tmp_path):
+    config = tiny_config(train={"optimizer": optimizer})
     uninterrupted = train(config, runs_dir=tmp_path / "a")
 
     stopped = train(config, runs_dir=tmp_path / "b", loggers=[CtrlCAt(5)])

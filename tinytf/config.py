@@ -167,6 +167,9 @@ class TrainConfig(Section):
     # Examples per step, drawn and framed at once: 65,536 default-sized ones take a few MB,
     # but the activations grow with batch_size x length x d_model.
     batch_size: PositiveInt = Field(64, le=65_536)
+    # adamw: AdamW on every weight. muon: Muon on the hidden matrices (attention and
+    # feed-forward projections), AdamW on the rest, both at `lr` (tinytf/optim.py).
+    optimizer: Literal["adamw", "muon"] = "adamw"
     lr: Annotated[float, Field(gt=0.0)] = 1e-3
     warmup_steps: NonNegativeInt = Field(100, le=MAX_STEPS)
     # The cosine decay's length, counted from step 0: after it the rate stays at lr / 10.

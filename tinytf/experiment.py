@@ -59,18 +59,20 @@ def load_run_config(path: str | Path, overrides: Iterable[str] = (), *, data: bo
                             check=lambda c: check_unchanged(saved, check_config(c, data=data)))  # fmt: skip
 
 
-FIXED_FOR_A_RUN = ("task", "model", "seed")  # what its weights, vocabulary and held-out set depend on
+# What its weights, vocabulary and held-out set depend on, and the optimizer, whose state
+# (moments) the checkpoint holds: sections, or single keys.
+FIXED_FOR_A_RUN = ("task", "model", "seed", "train.optimizer")
 
 
 def check_unchanged(saved: Config, resumed: Config) -> None:
     """A resumed run may train differently (train.*, log.*) but stays the same run: its
-    task, model and seed cannot change (a new seed would even swap its held-out set)."""
+    task, model, seed and optimizer cannot change (a new seed would even swap its held-out set)."""
     before, after = _dotted(saved.to_dict()), _dotted(resumed.to_dict())
     for key, value in after.items():
-        if key.split(".")[0] in FIXED_FOR_A_RUN and before.get(key) != value:
+        if (key in FIXED_FOR_A_RUN or key.split(".")[0] in FIXED_FOR_A_RUN) and before.get(key) != value:
             raise ConfigProblem(
-                f"{key}: a resumed run keeps its task, model and seed ({key} is {before.get(key)!r} in this run, "
-                f"not {value!r}); train a new run to change it",
+                f"{key}: a resumed run keeps its task, model, seed and optimizer "
+                f"({key} is {before.get(key)!r} in this run, not {value!r}); train a new run to change it",
                 key,
             )
 

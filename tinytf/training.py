@@ -6,9 +6,9 @@ were made; `train(config, ...)` assembles them from a config and a run folder.
     result.run_dir, result.best
 
 One step: a batch from the task's stream -> forward -> cross-entropy on the answer ->
-backward -> gradient clipping -> AdamW -> learning-rate schedule (linear warm-up, then
-cosine decay to a tenth of `train.lr` at `train.decay_steps`, by default `train.steps`).
-Every `train.eval_every` steps the held-out set is scored; the best score so far is kept
+backward -> gradient clipping -> AdamW (or Muon: optim.py) -> learning-rate schedule
+(linear warm-up, then cosine decay to a tenth of `train.lr` at `train.decay_steps`, by
+default `train.steps`). Every `train.eval_every` steps the held-out set is scored; the best score so far is kept
 as checkpoints/best.pt, the latest state as checkpoints/last.pt every
 `train.checkpoint_every` steps and at the end. Predictions, attention maps and head
 scores (heads.py) are logged in eval mode, without gradients, on held-out inputs:
@@ -52,6 +52,7 @@ from tinytf.framing import Framing, get_framing
 from tinytf.heads import head_scores
 from tinytf.loggers import Logger, MetricsFileLogger, TensorBoardLogger
 from tinytf.model import build_model
+from tinytf.optim import make_optimizer
 from tinytf.runs import (
     CONFIG_FILE,
     METRICS_FILE,
@@ -106,16 +107,6 @@ def learning_rate_factor(step: int, warmup_steps: int, decay_steps: int) -> floa
         return (step + 1) / warmup_steps
     progress = (step - warmup_steps) / max(decay_steps - warmup_steps, 1)
     return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(progress, 1.0)))
-
-
-def make_optimizer(model: nn.Module, settings: TrainConfig, device: torch.device) -> torch.optim.AdamW:
-    """AdamW; weight decay on matrices only (not on biases, LayerNorm gains or position tables)."""
-    decay, no_decay = [], []
-    for name, parameter in model.named_parameters():
-        (decay if parameter.dim() >= 2 and "positions" not in name else no_decay).append(parameter)
-    groups = [{"params": decay, "weight_decay": settings.weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
-    # The fused kernel updates every tensor at once: several times faster than the default loop.
-    return torch.optim.AdamW(groups, lr=settings.lr, betas=settings.betas, fused=device.type in ("cpu", "cuda"))
 
 
 def train(
