@@ -24,6 +24,7 @@ import torch
 from conftest import SUBPROCESS_ENV, CtrlCAt, read_metrics, tiny_config, tiny_data, write_config
 
 from tinytf.checkpoint import load_checkpoint
+from tinytf.config import config_from_dict
 from tinytf.distributed import threads_per_process, user_threads
 from tinytf.runs import checkpoint_path, load_run
 from tinytf.training import train
@@ -127,6 +128,20 @@ def test_two_processes_follow_the_one_process_losses_and_stop_at_the_same_step(e
         if expected["split"] == "train":  # accuracies counted over both processes' rows
             assert actual["token_acc"] == pytest.approx(expected["token_acc"], abs=1e-6)
     assert load_checkpoint(checkpoint_path(run_dir, "last"))["step"] == 50
+
+
+def test_a_muon_job_follows_the_one_process_losses(tmp_path):
+    """Muon's orthogonalised step, on the summed gradient every process holds, is the
+    same in each: the job follows the one-process run."""
+    data = tiny_data(**{**EQUAL, "train": {**EQUAL["train"], "optimizer": "muon", "steps": 20,
+                                            "stop_at_accuracy": None}})  # fmt: skip
+    single = train(config_from_dict(data), runs_dir=tmp_path / "one")
+    job = torchrun("-m", "tinytf", "train", write_config(tmp_path, data), "--runs-dir", tmp_path / "two", cwd=tmp_path)
+    assert job.returncode == 0, job.stderr[-3000:]
+    (run_dir,) = (tmp_path / "two").iterdir()
+    losses = [[r["loss"] for r in read_metrics(run) if r["split"] == "train"] for run in (single.run_dir, run_dir)]
+    assert len(losses[0]) == 20
+    assert losses[1] == pytest.approx(losses[0], rel=1e-5)  # 2.4e-7 measured; AdamW's losses differ by 23%
 
 
 def test_rank_0_alone_writes_one_run_folder_and_reports(equal_runs):
