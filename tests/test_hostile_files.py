@@ -199,6 +199,52 @@ def test_a_checkpoint_that_cannot_be_resumed_is_one_line(run, tmp_path, case):
     assert result.exit_code == 0, result.output
 
 
+@pytest.fixture(scope="module")
+def muon_run(tmp_path_factory):
+    """A tiny finished run trained with train.optimizer: muon."""
+    return train_tiny_run(tmp_path_factory.mktemp("hostile-muon"), train={"optimizer": "muon"})
+
+
+def muon_moments(buffer):
+    """Replaces the momentum of every weight Muon steps (the first of the optimizer's parts)."""
+
+    def tamper(state):
+        muon, adamw = state["optimizer"]["parts"]
+        muon = {**muon, "state": {index: {"momentum_buffer": buffer} for index in muon["state"]}}
+        return {**state, "optimizer": {"parts": [muon, adamw]}}
+
+    return tamper
+
+
+@pytest.mark.parametrize("case", ["moments", "settings", "another optimizer"])
+def test_a_muon_checkpoint_that_cannot_be_resumed_is_one_line(muon_run, run, tmp_path, case):
+    if case == "another optimizer":  # an AdamW run whose config.yaml was edited by hand
+        copy = tampered_copy(run, tmp_path, lambda state: state)
+        config = copy / "config.yaml"
+        config.write_text(config.read_text().replace("optimizer: adamw", "optimizer: muon"))
+        assert "optimizer: muon" in config.read_text()
+        fragment = "its 'optimizer' is the state of another optimizer than train.optimizer=muon"
+    elif case == "moments":
+        copy = tampered_copy(muon_run, tmp_path, muon_moments(torch.zeros(3)))
+        fragment = "momentum_buffer is a tensor of shape (3,), not a tensor of shape"
+    else:  # settings are the config's, whatever the file says: torch.optim.Muon would refuse ns_steps=200
+        copy = tampered_copy(muon_run, tmp_path, optimizer_parts_groups(ns_steps=200, ns_coefficients=(1.0, 2.0)))
+        result = invoke("train", "--resume", copy, "--set", "train.steps=14")
+        assert result.exit_code == 0, result.output
+        (muon_settings,) = load_checkpoint(checkpoint_path(copy, "last"))["optimizer"]["parts"][0]["param_groups"]
+        assert muon_settings["ns_steps"] == 5 and muon_settings["ns_coefficients"] == (3.4445, -4.775, 2.0315)
+        return
+    before = snapshot(copy)
+    assert_user_error(invoke("train", "--resume", copy, "--set", "train.steps=14"), fragment)
+    assert snapshot(copy) == before
+
+
+def optimizer_parts_groups(**values):
+    return lambda state: {**state, "optimizer": {"parts": [
+        {**part, "param_groups": [{**group, **values} for group in part["param_groups"]]}
+        for part in state["optimizer"]["parts"]]}}  # fmt: skip
+
+
 def test_load_checkpoint_refuses_the_wrong_kinds_of_data(tmp_path):
     path = tmp_path / "x.pt"
     save_checkpoint({"step": 0, "weights": torch.ones(2)}, path)  # other keys: any data

@@ -103,6 +103,20 @@ def test_ctrl_c_then_resume_ends_with_the_same_weights(optimizer, tmp_path):
     assert_same_weights(final_weights(uninterrupted.run_dir), final_weights(resumed.run_dir))
 
 
+def test_a_resumed_run_takes_the_optimizer_settings_of_its_config(tmp_path):
+    """The checkpoint gives the optimizer's state; train.lr, betas and weight decay come
+    from the resumed config, as in a fresh run with those settings."""
+    stopped = train(tiny_config(), runs_dir=tmp_path / "a", loggers=[CtrlCAt(6)])
+    changed = {"lr": 0.02, "betas": [0.8, 0.9], "weight_decay": 0.5}
+    resumed = train(tiny_config(train=changed), resume=stopped.run_dir)
+    fresh = train(tiny_config(train=changed), runs_dir=tmp_path / "b")
+    rates = [{r["step"]: r["lr"] for r in read_metrics(run.run_dir) if r["split"] == "train" and r["step"] > 6}
+             for run in (resumed, fresh)]  # fmt: skip
+    assert rates[0] == rates[1] and len(rates[0]) == 3  # steps 8, 10, 12
+    groups = load_checkpoint(checkpoint_path(resumed.run_dir, "last"))["optimizer"]["param_groups"]
+    assert [g["betas"] for g in groups] == [(0.8, 0.9)] * 2 and groups[0]["weight_decay"] == 0.5
+
+
 def test_stop_at_accuracy_stops_at_the_first_evaluation_that_reaches_it(tmp_path):
     # Tuned to learn fast: the 0.1 exact-match threshold is first reached at step 60 of 300 (seed 0 on CPU).
     settings = {"steps": 300, "eval_every": 10, "lr": 0.01, "batch_size": 16, "stop_at_accuracy": 0.1}

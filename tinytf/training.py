@@ -8,16 +8,17 @@ were made; `train(config, ...)` assembles them from a config and a run folder.
 One step: a batch from the task's stream -> forward -> cross-entropy on the answer ->
 backward -> gradient clipping -> AdamW (or Muon: optim.py) -> learning-rate schedule
 (linear warm-up, then cosine decay to a tenth of `train.lr` at `train.decay_steps`, by
-default `train.steps`). Every `train.eval_every` steps the held-out set is scored; the best score so far is kept
-as checkpoints/best.pt, the latest state as checkpoints/last.pt every
-`train.checkpoint_every` steps and at the end. Predictions, attention maps and head
-scores (heads.py) are logged in eval mode, without gradients, on held-out inputs:
-logging never changes the training run.
+default `train.steps`). Every `train.eval_every` steps the held-out set is scored; the
+best score so far is kept as checkpoints/best.pt, the latest state as
+checkpoints/last.pt every `train.checkpoint_every` steps and at the end. Predictions,
+attention maps and head scores (heads.py) are logged in eval mode, without gradients, on
+held-out inputs: logging never changes the training run.
 
 Ctrl-C (SIGINT) asks the loop to stop at the end of the current step; it saves
 last.pt and returns with `interrupted=True`. A second Ctrl-C stops at once.
 `train(config, resume=run_dir)` continues exactly where last.pt left off: same
-weights, optimizer moments, schedule, random streams and step.
+weights, optimizer moments, schedule, random streams and step. The optimizer's settings
+(train.lr, betas, weight decay) are the resumed config's, so `--set train.lr=...` applies.
 
 Under torchrun (`torchrun --nproc-per-node N -m tinytf train CONFIG`) every process runs
 this loop on its share of each global batch; the Trainer's `job` (tinytf/distributed.py)
@@ -224,9 +225,9 @@ class Trainer:
         self.settings, self.log, self.loggers = settings, log, list(loggers)
         self.device, self.run_dir = torch.device(device), run_dir
         self.optimizer = make_optimizer(model, settings, self.device)
-        decay_steps = settings.decay_steps or settings.steps
+        self.decay_steps = settings.decay_steps or settings.steps
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
-            self.optimizer, lambda step: learning_rate_factor(step, settings.warmup_steps, decay_steps)
+            self.optimizer, lambda step: learning_rate_factor(step, settings.warmup_steps, self.decay_steps)
         )
         self.step = 0
         self.saved_step = 0  # the step of checkpoints/last.pt
@@ -370,7 +371,7 @@ class Trainer:
                 logger.heads(self.step, scores)
 
     def _lr(self) -> float:
-        return self.scheduler.get_last_lr()[0]
+        return self.optimizer.param_groups[0]["lr"]  # what the next step uses (every group shares it)
 
     def state_dict(self) -> dict:
         """Everything a resumed run needs to continue exactly: weights, optimizer moments,
@@ -402,6 +403,9 @@ class Trainer:
             if (found := structure_problem(state)) is not None:
                 return found
             fresh = {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict()}
+            if isinstance(state["optimizer"], dict) and state["optimizer"].keys() != fresh["optimizer"].keys():
+                kind = self.settings.optimizer
+                return f"its 'optimizer' is the state of another optimizer than train.optimizer={kind}"
             for key, expected in fresh.items():
                 if (found := kind_mismatch(expected, state[key], repr(key))) is not None:
                     return found
@@ -426,17 +430,33 @@ class Trainer:
             raise CheckpointError(f"the run's last checkpoint cannot be resumed: {found}")
 
         def load_optimizer() -> None:
+            # The checkpoint gives the optimizer's state (moments, step counts); its settings
+            # (betas, weight decay, Muon's) come from this run's config, as they would in a
+            # new run: a tampered file cannot set them, and --set train.betas=... applies.
+            settings = [{key: value for key, value in group.items() if key not in ("params", "lr")}
+                        for group in self.optimizer.param_groups]  # fmt: skip
             self.optimizer.load_state_dict(state["optimizer"])
+            for group, own in zip(self.optimizer.param_groups, settings, strict=True):
+                group.update(own)
             for parameter, moments in self.optimizer.state.items():  # AdamW's: a tensor of each weight's shape
                 for name, moment in moments.items():
                     if not isinstance(moment, torch.Tensor) or (name != "step" and moment.shape != parameter.shape):
                         raise ValueError(f"{name} is {describe(moment)}, not a tensor of shape "
                                          f"{tuple(parameter.shape)}")  # fmt: skip
 
+        def load_schedule() -> None:
+            # The step comes from the checkpoint, the peak rate from this run's train.lr (set on
+            # each group as "initial_lr" by load_optimizer), e.g. after --set train.lr=...
+            self.scheduler.load_state_dict(state["scheduler"])
+            self.scheduler.base_lrs = [group["initial_lr"] for group in self.optimizer.param_groups]
+            factor = learning_rate_factor(self.scheduler.last_epoch, self.settings.warmup_steps, self.decay_steps)
+            for group in self.optimizer.param_groups:
+                group["lr"] = group["initial_lr"] * factor
+
         parts = {
             "model": lambda: self.model.load_state_dict(state["model"]),
             "optimizer": load_optimizer,
-            "scheduler": lambda: self.scheduler.load_state_dict(state["scheduler"]),
+            "scheduler": load_schedule,
             "rng": lambda: (self._load_dropout_stream(state["rng"]),
                             self.data.load_state_dict({"generator": state["rng"]["data"]})),
         }  # fmt: skip
