@@ -239,6 +239,22 @@ def test_a_muon_checkpoint_that_cannot_be_resumed_is_one_line(muon_run, run, tmp
     assert snapshot(copy) == before
 
 
+@pytest.mark.parametrize(
+    "tamper",
+    [optimizer_groups(betas=(0.9,)), lambda s: {**s, "scheduler": {**s["scheduler"], "base_lrs": [1.0, 2.0]}}],
+    ids=["one beta", "two peak rates"],
+)
+def test_a_resume_takes_the_optimizer_settings_from_the_config_not_the_file(run, tmp_path, tamper):
+    """Settings in a checkpoint that torch would trip over mid-training are replaced by the
+    config's (the checkpoint only gives the optimizer's state)."""
+    copy = tampered_copy(run, tmp_path, tamper)
+    result = invoke("train", "--resume", copy, "--set", "train.steps=14")
+    assert result.exit_code == 0, result.output
+    state = load_checkpoint(checkpoint_path(copy, "last"))
+    assert state["step"] == 14 and [g["betas"] for g in state["optimizer"]["param_groups"]] == [(0.9, 0.999)] * 2
+    assert state["scheduler"]["base_lrs"] == [1e-3, 1e-3]  # the tiny config's train.lr (the default)
+
+
 def optimizer_parts_groups(**values):
     return lambda state: {**state, "optimizer": {"parts": [
         {**part, "param_groups": [{**group, **values} for group in part["param_groups"]]}
