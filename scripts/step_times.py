@@ -13,7 +13,7 @@ variant to the same load on a shared machine, so the ratios hold where the times
 (see the README on noisy machines).
 
 A step is what the training loop does per step: draw and frame a batch, forward, loss,
-backward, clip, AdamW; no evaluation, logging or checkpoints. This is how the README
+backward, clip, the optimizer's step; no evaluation, logging or checkpoints. This is how the README
 compares feed-forward widths of the shipped configs (a step's cost, not how many steps a
 config needs: `scripts/train_configs.py` measures that).
 
@@ -86,7 +86,7 @@ def parameters(trainer: Trainer) -> int:
 
 
 def train_steps(trainer: Trainer, steps: int) -> None:
-    """`steps` steps of the training loop's own step (batch, forward, backward, AdamW)."""
+    """`steps` steps of the training loop's own step (batch, forward, backward, optimizer)."""
     for _ in range(steps):
         trainer._train_step(trainer.model, trainer.window)
 

@@ -141,6 +141,13 @@ def optimizer_groups(**values):
         {**group, **values} for group in state["optimizer"]["param_groups"]]}}  # fmt: skip
 
 
+def optimizer_parts_groups(**values):
+    """`optimizer_groups` for a CombinedOptimizer's state: every part's groups."""
+    return lambda state: {**state, "optimizer": {"parts": [
+        {**part, "param_groups": [{**group, **values} for group in part["param_groups"]]}
+        for part in state["optimizer"]["parts"]]}}  # fmt: skip
+
+
 TAMPERINGS = {
     "model is a tensor": (replaced(model=torch.zeros(3)), "'model' is a tensor of shape (3,), not a mapping"),
     "step is a string": (replaced(step="abc"), "'step' is 'abc', not a whole number >= 0"),
@@ -253,12 +260,6 @@ def test_a_resume_takes_the_optimizer_settings_from_the_config_not_the_file(run,
     state = load_checkpoint(checkpoint_path(copy, "last"))
     assert state["step"] == 14 and [g["betas"] for g in state["optimizer"]["param_groups"]] == [(0.9, 0.999)] * 2
     assert state["scheduler"]["base_lrs"] == [1e-3, 1e-3]  # the tiny config's train.lr (the default)
-
-
-def optimizer_parts_groups(**values):
-    return lambda state: {**state, "optimizer": {"parts": [
-        {**part, "param_groups": [{**group, **values} for group in part["param_groups"]]}
-        for part in state["optimizer"]["parts"]]}}  # fmt: skip
 
 
 def test_load_checkpoint_refuses_the_wrong_kinds_of_data(tmp_path):

@@ -14,12 +14,12 @@ from tinytf.optim import CombinedOptimizer, make_optimizer
 from tinytf.training import _assemble
 
 
-def muon_config(**model):
+def muon_config(train=None, **model):
     return config_from_dict({
         "task": {"name": "reverse"},
         "model": {"arch": "encoder-decoder", "d_model": 16, "n_heads": 2, "n_layers": 1, "d_ff": 32,
                   "positional": "learned", **model},
-        "train": {"optimizer": "muon", "lr": 1e-2, "weight_decay": 0.1, "betas": [0.8, 0.95]},
+        "train": {"optimizer": "muon", "lr": 1e-2, "weight_decay": 0.1, "betas": [0.8, 0.95], **(train or {})},
     })  # fmt: skip
 
 
@@ -91,8 +91,7 @@ def trainer(config):
 
 
 def test_the_schedule_reaches_both_parts_also_after_a_resume():
-    config = muon_config()
-    config = config.model_copy(update={"train": config.train.model_copy(update={"warmup_steps": 4})})
+    config = muon_config(train={"warmup_steps": 4})
     first = trainer(config)
     for _ in range(2):
         first._train_step(first.model, first.window)

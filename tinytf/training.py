@@ -225,9 +225,9 @@ class Trainer:
         self.settings, self.log, self.loggers = settings, log, list(loggers)
         self.device, self.run_dir = torch.device(device), run_dir
         self.optimizer = make_optimizer(model, settings, self.device)
-        self.decay_steps = settings.decay_steps or settings.steps
+        decay_steps = settings.decay_steps or settings.steps
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
-            self.optimizer, lambda step: learning_rate_factor(step, settings.warmup_steps, self.decay_steps)
+            self.optimizer, lambda step: learning_rate_factor(step, settings.warmup_steps, decay_steps)
         )
         self.step = 0
         self.saved_step = 0  # the step of checkpoints/last.pt
@@ -433,11 +433,11 @@ class Trainer:
             # The checkpoint gives the optimizer's state (moments, step counts); its settings
             # (betas, weight decay, Muon's) come from this run's config, as they would in a
             # new run: a tampered file cannot set them, and --set train.betas=... applies.
-            settings = [{key: value for key, value in group.items() if key not in ("params", "lr")}
-                        for group in self.optimizer.param_groups]  # fmt: skip
+            configured = [{key: value for key, value in group.items() if key not in ("params", "lr")}
+                          for group in self.optimizer.param_groups]  # fmt: skip
             self.optimizer.load_state_dict(state["optimizer"])
-            for group, own in zip(self.optimizer.param_groups, settings, strict=True):
-                group.update(own)
+            for group, settings in zip(self.optimizer.param_groups, configured, strict=True):
+                group.update(settings)
             for parameter, moments in self.optimizer.state.items():  # AdamW's: a tensor of each weight's shape
                 for name, moment in moments.items():
                     if not isinstance(moment, torch.Tensor) or (name != "step" and moment.shape != parameter.shape):
@@ -447,11 +447,11 @@ class Trainer:
         def load_schedule() -> None:
             # The step comes from the checkpoint, the peak rate from this run's train.lr (set on
             # each group as "initial_lr" by load_optimizer), e.g. after --set train.lr=...
-            self.scheduler.load_state_dict(state["scheduler"])
-            self.scheduler.base_lrs = [group["initial_lr"] for group in self.optimizer.param_groups]
-            factor = learning_rate_factor(self.scheduler.last_epoch, self.settings.warmup_steps, self.decay_steps)
-            for group in self.optimizer.param_groups:
-                group["lr"] = group["initial_lr"] * factor
+            schedule = self.scheduler
+            schedule.load_state_dict(state["scheduler"])
+            schedule.base_lrs = [group["initial_lr"] for group in self.optimizer.param_groups]
+            for group, factor_at in zip(self.optimizer.param_groups, schedule.lr_lambdas, strict=True):
+                group["lr"] = group["initial_lr"] * factor_at(schedule.last_epoch)
 
         parts = {
             "model": lambda: self.model.load_state_dict(state["model"]),
