@@ -198,6 +198,16 @@ def test_bench_inference_measures_predict_and_eval(tmp_path):
     assert result["gflops"] > 0 and result["matmul_gflops"] > 0
 
 
+def test_muon_step_times_three_optimizers_of_one_config(tmp_path):
+    out = tmp_path / "muon.json"
+    run_script("scripts/muon_step.py", "configs/copy-encoder.yaml", "--threads", "1", "--warmup", "1", "--rounds", "3",
+               "--repeat", "2", "--json", str(out))  # fmt: skip
+    (row,) = json.loads(out.read_text())
+    assert row["config"] == "copy-encoder.yaml"
+    assert all(row[f"{name} ms"] > 0 for name in ("adamw", "tinytf muon", "torch muon"))
+    assert row["torch muon ratio"] == pytest.approx(row["torch muon ms"] / row["adamw ms"])
+
+
 def test_step_times_times_each_variant_against_the_first(tmp_path):
     out = tmp_path / "steps.json"
     run_script("scripts/step_times.py", "configs/copy-encoder.yaml", "--variant", "model.d_ff=256",

@@ -437,7 +437,9 @@ class Trainer:
                           for group in self.optimizer.param_groups]  # fmt: skip
             self.optimizer.load_state_dict(state["optimizer"])
             for group, settings in zip(self.optimizer.param_groups, configured, strict=True):
-                group.update(settings)
+                saved = {"params": group["params"], "lr": group["lr"]}
+                group.clear()  # keys the file adds (e.g. another Muon's) do not stay either
+                group.update(saved, **settings)
             for parameter, moments in self.optimizer.state.items():  # AdamW's: a tensor of each weight's shape
                 for name, moment in moments.items():
                     if not isinstance(moment, torch.Tensor) or (name != "step" and moment.shape != parameter.shape):

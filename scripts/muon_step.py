@@ -1,0 +1,78 @@
+"""What a training step costs with each optimizer, side by side: AdamW, tinytf's Muon
+(`train.optimizer: muon`), and torch.optim.Muon in its place (what tinytf used before
+its own: one matrix at a time, in bfloat16).
+
+    python scripts/muon_step.py configs/most-freq-encoder.yaml configs/double-histogram-decoder.yaml
+
+Per config, the three trainers take turns (bench.py's `round_robin`) as in
+`scripts/step_times.py`, whose trainers and step these are; the report is each one's
+median step time and its ratio to AdamW's. Taking turns exposes all three to the same
+load, so on a shared machine the ratios hold where the times do not.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import torch
+from bench import round_robin
+from step_times import train_steps, trainer_for
+
+import tinytf.optim
+from tinytf.errors import UserError
+from tinytf.training import Trainer
+
+
+def torch_muon_trainer(path: Path) -> Trainer:
+    """The Muon trainer of the config at `path` with torch.optim.Muon for tinytf's Muon:
+    the same algorithm (the same momentum, iteration and update size, adjust_lr_fn
+    "match_rms_adamw"), computed one matrix at a time in bfloat16."""
+    ours = tinytf.optim.Muon
+    tinytf.optim.Muon = lambda params, lr, weight_decay: torch.optim.Muon(
+        params, lr=lr, weight_decay=weight_decay, adjust_lr_fn="match_rms_adamw"
+    )
+    try:
+        return trainer_for(path, ["train.optimizer=muon"])
+    finally:
+        tinytf.optim.Muon = ours
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("configs", type=Path, nargs="+")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--warmup", type=int, default=20, help="untimed steps per optimizer first")
+    parser.add_argument("--rounds", type=int, default=9)
+    parser.add_argument("--repeat", type=int, default=10, help="steps per optimizer per round")
+    parser.add_argument("--json", type=Path, default=None, help="also write the results as JSON")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+
+    rows = []
+    print(f"{args.threads} threads, median of {args.rounds} rounds of {args.repeat} steps; ms (x AdamW's)")
+    print(f"{'config':42s} {'AdamW':>8s} {'tinytf Muon':>16s} {'torch.optim.Muon':>18s}")
+    for path in args.configs:
+        try:
+            trainers = {"adamw": trainer_for(path, ["train.optimizer=adamw"]),
+                        "tinytf muon": trainer_for(path, ["train.optimizer=muon"]),
+                        "torch muon": torch_muon_trainer(path)}  # fmt: skip
+        except UserError as err:  # a missing config, a bad value: one line
+            parser.error(str(err))
+        for trainer in trainers.values():
+            train_steps(trainer, args.warmup)
+        seconds = round_robin({name: lambda t=trainer: train_steps(t, 1) for name, trainer in trainers.items()},
+                              args.rounds, args.repeat)  # fmt: skip
+        row = {"config": path.name, **{f"{name} ms": 1e3 * s for name, s in seconds.items()},
+               "tinytf muon ratio": seconds["tinytf muon"] / seconds["adamw"],
+               "torch muon ratio": seconds["torch muon"] / seconds["adamw"]}  # fmt: skip
+        rows.append(row)
+        print(f"{path.name:42s} {row['adamw ms']:8.2f} {row['tinytf muon ms']:8.2f} ({row['tinytf muon ratio']:.2f}x)"
+              f" {row['torch muon ms']:9.2f} ({row['torch muon ratio']:.2f}x)", flush=True)  # fmt: skip
+    if args.json:
+        args.json.write_text(json.dumps(rows, indent=1))
+
+
+if __name__ == "__main__":
+    main()
