@@ -39,6 +39,12 @@ def torch_muon_trainer(path: Path) -> Trainer:
         tinytf.optim.Muon = ours
 
 
+def muon_class(trainer: Trainer) -> str:
+    """The Muon that `trainer` steps its hidden matrices with (the first part of its optimizer)."""
+    muon = type(trainer.optimizer.parts[0])
+    return f"{muon.__module__}.{muon.__qualname__}"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("configs", type=Path, nargs="+")
@@ -66,7 +72,8 @@ def main() -> None:
                               args.rounds, args.repeat)  # fmt: skip
         row = {"config": path.name, **{f"{name} ms": 1e3 * s for name, s in seconds.items()},
                "tinytf muon ratio": seconds["tinytf muon"] / seconds["adamw"],
-               "torch muon ratio": seconds["torch muon"] / seconds["adamw"]}  # fmt: skip
+               "torch muon ratio": seconds["torch muon"] / seconds["adamw"],
+               **{f"{name} class": muon_class(trainers[name]) for name in ("tinytf muon", "torch muon")}}  # fmt: skip
         rows.append(row)
         print(f"{path.name:42s} {row['adamw ms']:8.2f} {row['tinytf muon ms']:8.2f} ({row['tinytf muon ratio']:.2f}x)"
               f" {row['torch muon ms']:9.2f} ({row['torch muon ratio']:.2f}x)", flush=True)  # fmt: skip

@@ -240,6 +240,8 @@ def test_a_muon_checkpoint_that_cannot_be_resumed_is_one_line(muon_run, run, tmp
         assert result.exit_code == 0, result.output
         (muon_settings,) = load_checkpoint(checkpoint_path(copy, "last"))["optimizer"]["parts"][0]["param_groups"]
         assert muon_settings["ns_steps"] == 5 and muon_settings["momentum"] == 0.95 and "nesterov" not in muon_settings
+        adamw_groups = load_checkpoint(checkpoint_path(copy, "last"))["optimizer"]["parts"][1]["param_groups"]
+        assert all("momentum" not in group and "ns_steps" not in group for group in adamw_groups)
         return
     before = snapshot(copy)
     assert_user_error(invoke("train", "--resume", copy, "--set", "train.steps=14"), fragment)

@@ -206,6 +206,7 @@ def test_muon_step_times_three_optimizers_of_one_config(tmp_path):
     assert row["config"] == "copy-encoder.yaml"
     assert all(row[f"{name} ms"] > 0 for name in ("adamw", "tinytf muon", "torch muon"))
     assert row["torch muon ratio"] == pytest.approx(row["torch muon ms"] / row["adamw ms"])
+    assert row["tinytf muon class"] == "tinytf.optim.Muon" and row["torch muon class"].startswith("torch.optim.")
 
 
 def test_step_times_times_each_variant_against_the_first(tmp_path):

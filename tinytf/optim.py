@@ -62,7 +62,7 @@ def make_optimizer(model: nn.Module, settings: TrainConfig, device: torch.device
 # The quintic that each Newton-Schulz iteration applies to every singular value s of the
 # matrix: s -> a s + b s^3 + c s^5 (Jordan et al.'s coefficients, as torch.optim.Muon's).
 # It climbs steeply from 0: iterated five times it sends every s from 0.003 to 1 into
-# 0.68-1.21 (s = 0.001 only to 0.47: much weaker directions stay weaker).
+# 0.68-1.20 (s = 0.001 only to 0.47: much weaker directions stay weaker).
 NEWTON_SCHULZ = (3.4445, -4.7750, 2.0315)
 
 
@@ -76,8 +76,8 @@ def orthogonalise(matrices: torch.Tensor, steps: int = 5) -> torch.Tensor:
     x = matrices / matrices.norm(dim=(-2, -1), keepdim=True).clamp(min=1e-7)  # (G, m, n)
     for _ in range(steps):
         gram = x @ x.mT  # (G, m, m): X X^T, the smaller side's Gram matrix as m <= n
-        polynomial = torch.baddbmm(gram, gram, gram, beta=b, alpha=c)  # (G, m, m): b XX^T + c (XX^T)^2
-        x = torch.baddbmm(x, polynomial, x, beta=a)  # (G, m, n): a X + (b XX^T + c (XX^T)^2) X
+        cubic_and_quintic = torch.baddbmm(gram, gram, gram, beta=b, alpha=c)  # (G, m, m): b XX^T + c (XX^T)^2
+        x = torch.baddbmm(x, cubic_and_quintic, x, beta=a)  # (G, m, n): a X + (b XX^T + c (XX^T)^2) X
     return x
 
 
@@ -113,7 +113,8 @@ class Muon(torch.optim.Optimizer):
             grads = [weight.grad for weight in weights]
             buffers = [self.state[weight]["momentum_buffer"] for weight in weights]
             # torch's _foreach_ ops (those its own optimizers use) do one operation on every
-            # weight in one call: much less per-tensor overhead on many small matrices.
+            # weight in one call: much less per-tensor overhead on many small matrices. Each
+            # stands for a loop, e.g. `for b, g in zip(buffers, grads): b.lerp_(g, 1 - momentum)`.
             momentum = group["momentum"]
             torch._foreach_lerp_(buffers, grads, 1 - momentum)  # B <- momentum B + (1 - momentum) G
             directions = torch._foreach_lerp(grads, buffers, momentum)  # (1 - momentum) G + momentum B
@@ -121,13 +122,16 @@ class Muon(torch.optim.Optimizer):
 
             # A tall matrix goes in transposed (m <= n keeps the Gram matrix the small one);
             # the matrices of one shape, e.g. every layer's W_O, go in as one batch.
-            wide = [d if d.size(0) <= d.size(1) else d.mT for d in directions]
+            wide = [d if d.size(0) <= d.size(1) else d.mT for d in directions]  # each (m, n), m <= n
             by_shape: dict[tuple[int, int], list[int]] = {}
             for i, direction in enumerate(wide):
                 by_shape.setdefault(tuple(direction.shape), []).append(i)
             for (m, n), indices in by_shape.items():
-                orthogonal = orthogonalise(torch.stack([wide[i] for i in indices]), group["ns_steps"])  # (G, m, n)
-                updates = [o if weights[i].size(0) == m else o.mT for i, o in zip(indices, orthogonal, strict=True)]
+                batch = torch.stack([wide[i] for i in indices]).float()  # (G, m, n), float32 whatever the weights'
+                orthogonal = orthogonalise(batch, group["ns_steps"])  # (G, m, n)
+                # back to each weight's own shape: (n, m) for a tall one
+                updates = [(o if weights[i].size(0) == m else o.mT).to(weights[i].dtype)
+                           for i, o in zip(indices, orthogonal, strict=True)]  # fmt: skip
                 torch._foreach_add_([weights[i] for i in indices], updates, alpha=-group["lr"] * 0.2 * math.sqrt(n))
 
 

@@ -440,7 +440,7 @@ class Trainer:
                 saved = {"params": group["params"], "lr": group["lr"]}
                 group.clear()  # keys the file adds (e.g. another Muon's) do not stay either
                 group.update(saved, **settings)
-            for parameter, moments in self.optimizer.state.items():  # AdamW's: a tensor of each weight's shape
+            for parameter, moments in self.optimizer.state.items():  # AdamW's and Muon's: each weight's shape
                 for name, moment in moments.items():
                     if not isinstance(moment, torch.Tensor) or (name != "step" and moment.shape != parameter.shape):
                         raise ValueError(f"{name} is {describe(moment)}, not a tensor of shape "
