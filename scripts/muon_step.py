@@ -17,8 +17,7 @@ import json
 from pathlib import Path
 
 import torch
-from bench import round_robin
-from step_times import train_steps, trainer_for
+from step_times import add_timing_arguments, time_steps, trainer_for
 
 import tinytf.optim
 from tinytf.errors import UserError
@@ -48,11 +47,7 @@ def muon_class(trainer: Trainer) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("configs", type=Path, nargs="+")
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--warmup", type=int, default=20, help="untimed steps per optimizer first")
-    parser.add_argument("--rounds", type=int, default=9)
-    parser.add_argument("--repeat", type=int, default=10, help="steps per optimizer per round")
-    parser.add_argument("--json", type=Path, default=None, help="also write the results as JSON")
+    add_timing_arguments(parser, "optimizer", rounds=9)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
 
@@ -66,10 +61,7 @@ def main() -> None:
                         "torch muon": torch_muon_trainer(path)}  # fmt: skip
         except UserError as err:  # a missing config, a bad value: one line
             parser.error(str(err))
-        for trainer in trainers.values():
-            train_steps(trainer, args.warmup)
-        seconds = round_robin({name: lambda t=trainer: train_steps(t, 1) for name, trainer in trainers.items()},
-                              args.rounds, args.repeat)  # fmt: skip
+        seconds = time_steps(trainers, args)
         row = {"config": path.name, **{f"{name} ms": 1e3 * s for name, s in seconds.items()},
                "tinytf muon ratio": seconds["tinytf muon"] / seconds["adamw"],
                "torch muon ratio": seconds["torch muon"] / seconds["adamw"],

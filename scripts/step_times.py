@@ -42,11 +42,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("config", type=Path)
     parser.add_argument("--variant", action="append", default=None, help="overrides, e.g. 'model.d_ff=128 seed=1'")
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--warmup", type=int, default=20, help="untimed steps per variant first")
-    parser.add_argument("--rounds", type=int, default=15)
-    parser.add_argument("--repeat", type=int, default=10, help="steps per variant per round")
-    parser.add_argument("--json", type=Path, default=None, help="also write the results as JSON")
+    add_timing_arguments(parser, "variant", rounds=15)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     variants = args.variant or [""]
@@ -57,10 +53,7 @@ def main() -> None:
         trainers = {variant: trainer_for(args.config, variant.split()) for variant in variants}
     except UserError as err:  # a missing config, an unknown key, a bad value: one line
         parser.error(str(err))
-    for trainer in trainers.values():
-        train_steps(trainer, args.warmup)
-    seconds = round_robin({variant: lambda t=trainer: train_steps(t, 1) for variant, trainer in trainers.items()},
-                          args.rounds, args.repeat)  # fmt: skip
+    seconds = time_steps(trainers, args)
     first = seconds[variants[0]]
     rows = [{"config": args.config.name, "variant": variant, "parameters": parameters(trainers[variant]),
              "step_ms": 1e3 * seconds[variant], "ratio": seconds[variant] / first} for variant in variants]  # fmt: skip
@@ -72,6 +65,25 @@ def main() -> None:
         )
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))
+
+
+def add_timing_arguments(parser: argparse.ArgumentParser, what: str, rounds: int) -> None:
+    """The options of a side-by-side step timing (also scripts/muon_step.py's); `what`
+    names the things timed, e.g. "variant"."""
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--warmup", type=int, default=20, help=f"untimed steps per {what} first")
+    parser.add_argument("--rounds", type=int, default=rounds)
+    parser.add_argument("--repeat", type=int, default=10, help=f"steps per {what} per round")
+    parser.add_argument("--json", type=Path, default=None, help="also write the results as JSON")
+
+
+def time_steps(trainers: dict[str, Trainer], args: argparse.Namespace) -> dict[str, float]:
+    """Each trainer's median seconds per step: `args.warmup` untimed steps each, then
+    `args.rounds` rounds in which they take turns, `args.repeat` steps each."""
+    for trainer in trainers.values():
+        train_steps(trainer, args.warmup)
+    steps = {name: lambda t=trainer: train_steps(t, 1) for name, trainer in trainers.items()}
+    return round_robin(steps, args.rounds, args.repeat)
 
 
 def trainer_for(path: Path, overrides: list[str]) -> Trainer:
