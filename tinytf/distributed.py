@@ -358,6 +358,6 @@ def user_threads() -> int | None:
         return None
     try:
         launcher = Path(f"/proc/{os.getppid()}/environ").read_bytes().split(b"\0")
-    except OSError:  # not Linux: take it as the user's
+    except OSError:  # not Linux, or a launcher we may not read (init, another user's): take it as the user's
         return int(value)
     return int(value) if any(entry.startswith(b"OMP_NUM_THREADS=") for entry in launcher) else None
