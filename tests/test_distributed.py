@@ -342,10 +342,35 @@ def test_threads_are_the_users_or_the_cores_shared_out(monkeypatch):
     # process's OMP_NUM_THREADS counts as the user's exactly when the launcher had one too.
     monkeypatch.setenv("OMP_NUM_THREADS", "3")
     try:
-        launcher_had_it = b"OMP_NUM_THREADS=" in Path(f"/proc/{os.getppid()}/environ").read_bytes()
+        launcher = Path(f"/proc/{os.getppid()}/environ").read_bytes().split(b"\0")
+        launcher_had_it = any(entry.startswith(b"OMP_NUM_THREADS=") for entry in launcher)
     except OSError:  # e.g. a test run left to init (nohup): init's environment is not ours to read
         launcher_had_it = True  # user_threads cannot tell either, and takes the value as the user's
     assert user_threads() == (3 if launcher_had_it else None)
+
+
+@pytest.mark.parametrize("launcher_env, expected", [({"OMP_NUM_THREADS": "3"}, 3), ({"XOMP_NUM_THREADS": "3"}, None)])
+def test_threads_count_as_the_users_when_the_launcher_had_them(monkeypatch, launcher_env, expected):
+    # A stand-in launcher: a process started with (or without) the variable, as our parent.
+    launcher = subprocess.Popen(["sleep", "60"], env={"PATH": os.environ.get("PATH", ""), **launcher_env})
+    try:
+        monkeypatch.setattr("tinytf.distributed.os.getppid", lambda: launcher.pid)
+        monkeypatch.setenv("OMP_NUM_THREADS", "3")
+        assert user_threads() == expected
+    finally:
+        launcher.kill()
+        launcher.wait()
+
+
+def test_threads_count_as_the_users_when_the_launcher_cannot_be_read(monkeypatch):
+    def denied(path):
+        raise PermissionError(13, "Permission denied", str(path))
+
+    monkeypatch.setattr(Path, "read_bytes", denied)
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    assert user_threads() == 3
+    monkeypatch.setenv("OMP_NUM_THREADS", "0")  # not a thread count: ignored either way
+    assert user_threads() is None
 
 
 def test_sigterm_under_torchrun_stops_at_a_step_boundary_and_saves(tmp_path, monkeypatch):
