@@ -352,13 +352,19 @@ def test_threads_are_the_users_or_the_cores_shared_out(monkeypatch):
 @pytest.mark.parametrize("launcher_env, expected", [({"OMP_NUM_THREADS": "3"}, 3), ({"XOMP_NUM_THREADS": "3"}, None)])
 def test_threads_count_as_the_users_when_the_launcher_had_them(monkeypatch, launcher_env, expected):
     # A stand-in launcher: a process started with (or without) the variable, as our parent.
-    launcher = subprocess.Popen(["sleep", "60"], env={"PATH": os.environ.get("PATH", ""), **launcher_env})
+    # It says when it runs (its environment is then its own) and waits for its stdin to close.
+    waits = "import sys; print('running', flush=True); sys.stdin.read()"
+    launcher = subprocess.Popen([sys.executable, "-c", waits], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                env={"PATH": os.environ.get("PATH", ""), **launcher_env})  # fmt: skip
     try:
+        assert launcher.stdout.readline() == b"running\n"
+        environ = Path(f"/proc/{launcher.pid}/environ").read_bytes().split(b"\0")
+        assert any(entry.startswith(b"OMP_NUM_THREADS=") for entry in environ) == (expected is not None), environ
         monkeypatch.setattr("tinytf.distributed.os.getppid", lambda: launcher.pid)
         monkeypatch.setenv("OMP_NUM_THREADS", "3")
         assert user_threads() == expected
     finally:
-        launcher.kill()
+        launcher.stdin.close()
         launcher.wait()
 
 
