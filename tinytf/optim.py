@@ -17,8 +17,9 @@ muon: Muon (Jordan et al., 2024) on the hidden matrices -- the attention project
     scaling) computed for small models: the matrices of one shape are orthogonalised
     together, as one batch of matrix products, in float32. torch.optim.Muon takes them one
     at a time in bfloat16, which on a CPU is slower than float32 at these sizes. Side by
-    side on seven shipped configs, a step with torch.optim.Muon cost 1.25x-1.58x one with
-    AdamW, with this one 1.10x-1.26x (scripts/muon_step.py; README, Shipped configs).
+    side on the fourteen shipped configs that use Muon, a step with torch.optim.Muon cost
+    1.19x-1.59x one with AdamW, with this one 1.06x-1.26x (scripts/muon_step.py; README,
+    Shipped configs).
 
 `make_optimizer` returns one `torch.optim.Optimizer` either way: the learning-rate
 schedule, the training loop and the checkpoints see one set of parameter groups and one
