@@ -219,3 +219,11 @@ def test_step_times_times_each_variant_against_the_first(tmp_path):
     assert rows[0]["ratio"] == 1.0 and all(row["step_ms"] > 0 for row in rows)
     assert rows[1]["ratio"] == pytest.approx(rows[1]["step_ms"] / rows[0]["step_ms"])
     assert rows[1]["parameters"] < rows[0]["parameters"]  # the overrides made the model smaller
+
+
+def test_bench_images_times_the_three_cases_of_a_layer_image(tmp_path):
+    out = tmp_path / "images.json"
+    run_script("scripts/bench_images.py", "--tokens", "5", "--heads", "2", "--rounds", "1", "--json", str(out))
+    result = json.loads(out.read_text())
+    assert (result["tokens"], result["heads"]) == (5, 2)
+    assert set(result["ms"]) == {"new tokens", "next layer", "same map"} and all(ms > 0 for ms in result["ms"].values())

@@ -119,7 +119,7 @@ class TensorBoardLogger(NullLogger):
     def attention(self, step: int, sample: str, report: AttentionReport) -> None:
         for attention_map in report.maps:
             tag = f"attention/{sample}/{attention_map.name}"
-            self.writer.add_image(tag, self.images.render(tag, attention_map), step, dataformats="HWC")
+            self.writer.add_image(tag, self.images.render(attention_map), step, dataformats="HWC")
 
     def heads(self, step: int, report: HeadReport) -> None:
         self.writer.add_image("heads/scores", self.score_images.render(report), step, dataformats="HWC")

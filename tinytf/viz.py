@@ -12,6 +12,7 @@ back at its subject.
 from __future__ import annotations
 
 import sys
+from collections import OrderedDict
 from typing import TYPE_CHECKING, TextIO
 
 import numpy as np
@@ -39,11 +40,11 @@ def terminal_shades(stream: TextIO | None = None) -> str:
 def _draw_heatmap(
     ax, weights: np.ndarray, query_tokens: list[str], key_tokens: list[str], title: str, first_in_row: bool
 ) -> None:
-    """One head's map. The query tokens are written once per row of maps: they are the
-    same for every head (and each label is a few ms of matplotlib's drawing time)."""
+    """One head's map. The query tokens and their ticks are drawn once per row of maps:
+    they are the same for every head, and each tick is a few ms of matplotlib's drawing time."""
     ax.imshow(weights, cmap="Blues", vmin=0.0, vmax=1.0, aspect="auto")
     ax.set_xticks(range(len(key_tokens)), key_tokens, rotation=90, fontsize=7)
-    ax.set_yticks(range(len(query_tokens)), query_tokens if first_in_row else [], fontsize=7)
+    ax.set_yticks(range(len(query_tokens)) if first_in_row else [], query_tokens if first_in_row else [], fontsize=7)
     ax.set_title(title, fontsize=8)
     ax.set_xlabel("key", fontsize=7)
     if first_in_row:
@@ -58,9 +59,9 @@ def layer_figure(attention: AttentionMap) -> Figure:
     size = 0.9 + 0.15 * max(len(attention.key_tokens), len(attention.query_tokens))
     figure = Figure(figsize=(size * n_heads + 0.6, size + 0.6), layout="constrained")
     axes = figure.subplots(1, n_heads, squeeze=False)[0]
-    for head, ax in enumerate(axes):
-        _draw_heatmap(ax, attention.weights[head], attention.query_tokens, attention.key_tokens,
-                      f"{attention.name} head {attention.first_head + head}", first_in_row=head == 0)  # fmt: skip
+    for head, (ax, title) in enumerate(zip(axes, _head_titles(attention), strict=True)):
+        _draw_heatmap(ax, attention.weights[head], attention.query_tokens, attention.key_tokens, title,
+                      first_in_row=head == 0)  # fmt: skip
     return figure
 
 
@@ -207,31 +208,55 @@ def save_figure(figure: Figure, path) -> None:
 class LayerImages:
     """Renders layer figures (see `layer_figure`) to RGB arrays, fast when they repeat.
 
-    Training logs the attention of the same inputs every few hundred steps: the tokens,
-    titles and axes stay the same, only the weights change. So the first rendering of a
-    `key` draws the whole figure but its heatmaps and keeps those pixels; later ones
-    paste them back and draw just the heatmaps (matplotlib's "blitting") -- about 1/30
-    of the time it takes to draw the tick labels again.
+    Training logs the attention of the same inputs every few hundred steps, and the
+    layers of a stack see the same tokens: the tick labels and axes of one input's maps
+    are the same from layer to layer and from step to step; only the weights and the
+    titles change. So the first rendering of a set of labels draws the whole figure but
+    its heatmaps and titles and keeps those pixels; later ones paste them back and draw
+    just the heatmaps and titles (matplotlib's "blitting") -- about 1/30 of the time it
+    takes to draw the tick labels again. The MAX_KEPT label sets last used are kept.
     """
 
-    def __init__(self) -> None:
-        self._frames: dict[str, tuple[tuple, _Blit]] = {}  # key -> (its labels, its kept figure)
+    MAX_KEPT = 32  # figures kept; a training run's samples need one per sample and attention kind
 
-    def render(self, key: str, attention: AttentionMap) -> np.ndarray:
+    def __init__(self) -> None:
+        self._frames: OrderedDict[tuple, _LayerFrame] = OrderedDict()  # labels -> its kept figure
+
+    def render(self, attention: AttentionMap) -> np.ndarray:
         """The figure of `attention` as a (height, width, 3) uint8 array."""
         labels = _labels(attention)
-        kept = self._frames.get(key)
-        if kept is None or kept[0] != labels:
-            figure = layer_figure(attention)
-            kept = self._frames[key] = (labels, _Blit(figure, [ax.images[0] for ax in figure.axes]))
-        blit = kept[1]
-        for heatmap, head_weights in zip(blit.changing, attention.weights, strict=True):  # one per head
+        frame = self._frames.get(labels)
+        if frame is None:
+            frame = self._frames[labels] = _LayerFrame(layer_figure(attention))
+            while len(self._frames) > self.MAX_KEPT:
+                self._frames.popitem(last=False)  # the least recently used
+        self._frames.move_to_end(labels)
+        return frame.render(attention)
+
+
+class _LayerFrame:
+    """A layer figure kept as pixels without its heatmaps and titles (see LayerImages)."""
+
+    def __init__(self, figure: Figure) -> None:
+        self.heatmaps = [ax.images[0] for ax in figure.axes]  # one per head
+        self.titles = [ax.title for ax in figure.axes]
+        self.blit = _Blit(figure, [*self.heatmaps, *self.titles])
+
+    def render(self, attention: AttentionMap) -> np.ndarray:
+        for heatmap, head_weights in zip(self.heatmaps, attention.weights, strict=True):
             heatmap.set_data(head_weights)
-        return blit.render()
+        for title, text in zip(self.titles, _head_titles(attention), strict=True):
+            title.set_text(text)
+        return self.blit.render()
 
 
 def _labels(attention: AttentionMap) -> tuple:
-    return attention.name, attention.first_head, attention.n_heads, attention.query_tokens, attention.key_tokens
+    """What the kept pixels of a layer figure show: its heads' numbers and tokens."""
+    return attention.first_head, attention.n_heads, tuple(attention.query_tokens), tuple(attention.key_tokens)
+
+
+def _head_titles(attention: AttentionMap) -> list[str]:
+    return [f"{attention.name} head {attention.first_head + head}" for head in range(attention.n_heads)]
 
 
 class _Blit:
