@@ -5,6 +5,7 @@
     python scripts/bench.py --d-model 96 --layers 3 --heads 4 --seq 48 --batch 16   # any shape
     python scripts/bench.py --json bench.json
     python scripts/bench.py --paths              # the attention path rule's measurements
+    python scripts/bench.py --paths --padded     # the same under a padding bias
 
 (What making each task's batches costs is measured by scripts/bench_tasks.py.)
 
@@ -35,7 +36,8 @@ a plain forward, and the fixed cost of one tinytf step at batch 1 x 8 tokens.
 (torch.profiler, self time per operator). `--paths` measures instead what attention.py's
 shape rule rests on: whole training steps of a 2-layer causal LM (batch x keys = 2,048
 tokens) with each attention path forced, over key lengths and three head widths, and which
-path the rule picks at each.
+path the rule picks at each; with `--padded`, of a 2-layer encoder whose rows are padded
+to the longest, so that every attention runs under a padding bias.
 
 Model FLOPs of one training step are counted by torch.utils.flop_counter.FlopCounterMode
 over one forward and backward pass of the tinytf model; they equal the PaLM paper's
@@ -250,11 +252,16 @@ def round_robin(fns: dict[str, Callable[[], object]], rounds: int, repeat: int) 
     return {name: statistics.median(times) for name, times in samples.items()}
 
 
-def training_step(model: nn.Module, tokens: torch.Tensor, targets: torch.Tensor, vocab: int) -> Callable[[], None]:
+def training_step(model: nn.Module, tokens: torch.Tensor, targets: torch.Tensor, vocab: int,
+                  pad_mask: torch.Tensor | None = None) -> Callable[[], None]:  # fmt: skip
+    """One forward, loss, backward and fused AdamW step on `tokens`; with `pad_mask` (B, T),
+    True at padding, every attention runs under a padding bias (the padded positions'
+    targets count too: the step's time is the point, not its loss)."""
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4, fused=True)
+    inputs = {} if pad_mask is None else {"pad_mask": pad_mask}
 
     def step() -> None:
-        logits = model(tokens)  # (B, T, V)
+        logits = model(tokens, **inputs)  # (B, T, V)
         loss = F.cross_entropy(logits.reshape(-1, vocab), targets.reshape(-1))
         loss.backward()
         optimizer.step()
@@ -343,9 +350,11 @@ PATH_SWEEP_KEYS = (8, 12, 16, 20, 24, 28, 32, 48, 64)
 PATH_SWEEP_WIDTHS = (16, 32, 64)  # head widths: d_model 64, 128 and 256 with 4 heads
 
 
-def path_sweep(keys: tuple[int, ...], widths: tuple[int, ...], rounds: int, repeat: int) -> list[dict]:
+def path_sweep(keys: tuple[int, ...], widths: tuple[int, ...], rounds: int, repeat: int, padded: bool) -> list[dict]:
     """Step time with attention always explicit / always fused, per (head width, keys):
-    the measurements behind attention.explicit_keys. Causal, no padding: the case the rule decides."""
+    the measurements behind attention.explicit_keys. A 2-layer causal LM, no padding; or,
+    `padded`, a 2-layer encoder whose rows (lengths drawn from keys / 2 to keys) are
+    padded to the longest: attention under a padding bias."""
     rows = []
     for head_dim in widths:
         for seq in keys:
@@ -355,10 +364,17 @@ def path_sweep(keys: tuple[int, ...], widths: tuple[int, ...], rounds: int, repe
             torch.manual_seed(0)
             tokens = torch.randint(0, shape.vocab, (shape.batch, seq))
             targets = torch.roll(tokens, -1, dims=1)
-            steps = {path: training_step(tinytf_on_one_path(shape, path == "explicit"), tokens, targets, shape.vocab)
+            pad_mask = None
+            if padded:
+                lengths = torch.randint((seq + 1) // 2, seq + 1, (shape.batch,))  # (B,)
+                lengths[0] = seq  # one row as long as the batch
+                pad_mask = torch.arange(seq) >= lengths[:, None]  # (B, T), True at padding
+            arch = "encoder" if padded else "decoder"
+            steps = {path: training_step(tinytf_on_one_path(shape, path == "explicit", arch), tokens, targets,
+                                         shape.vocab, pad_mask)
                      for path in ("explicit", "fused")}  # fmt: skip
             times = round_robin(steps, rounds, repeat)
-            rows.append({"head_dim": head_dim, "keys": seq, "batch": shape.batch,
+            rows.append({"head_dim": head_dim, "keys": seq, "batch": shape.batch, "padded": padded,
                          "explicit_ms": 1e3 * times["explicit"], "fused_ms": 1e3 * times["fused"],
                          "rule": "explicit" if seq in explicit_keys(head_dim) else "fused"})  # fmt: skip
     return rows
@@ -368,7 +384,8 @@ def print_path_sweep(rows: list[dict]) -> None:
     narrow, wide = EXPLICIT_KEYS, EXPLICIT_KEYS_WIDE_HEADS
     rule = (f"explicit for {narrow.start}-{narrow.stop - 1} keys, "
             f"{wide.start}-{wide.stop - 1} at head widths from {WIDE_HEAD_DIM}")  # fmt: skip
-    print(f"Attention paths, whole training steps ({torch.get_num_threads()} threads); the rule: {rule}\n")
+    case = "a 2-layer encoder under a padding bias" if rows and rows[0]["padded"] else "a 2-layer causal LM"
+    print(f"Attention paths, whole training steps of {case} ({torch.get_num_threads()} threads); the rule: {rule}\n")
     print("| head width | keys | batch | explicit ms | fused ms | explicit / fused | rule picks | faster |")
     print("|---:|---:|---:|---:|---:|---:|---|---|")
     for row in rows:
@@ -420,6 +437,7 @@ def main() -> None:
     parser.add_argument("--profile", action="store_true", help="where tinytf's step spends its time, and stop")
     parser.add_argument("--paths", action="store_true", help="time the two attention paths over key lengths, and stop")
     parser.add_argument("--keys", type=int, nargs="+", default=list(PATH_SWEEP_KEYS), help="--paths: key lengths")
+    parser.add_argument("--padded", action="store_true", help="--paths: an encoder under a padding bias")
     parser.add_argument("--no-compile", action="store_true", help=f"skip the {COMPILED!r} row (~20 s to compile)")
     args = parser.parse_args()
     if min(args.keys) < 1:
@@ -438,7 +456,7 @@ def main() -> None:
             profile_step(shape)
         return
     if args.paths:
-        rows = path_sweep(tuple(args.keys), PATH_SWEEP_WIDTHS, args.rounds, args.repeat)
+        rows = path_sweep(tuple(args.keys), PATH_SWEEP_WIDTHS, args.rounds, args.repeat, args.padded)
         print_path_sweep(rows)
         if args.json:
             args.json.write_text(json.dumps({"paths": rows}, indent=1))

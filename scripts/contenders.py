@@ -54,11 +54,11 @@ def tinytf_model(shape: Shape, **design: str) -> nn.Module:
     return tinytf.build_model({"task": task, "model": model}, vocab_size=shape.vocab)
 
 
-def tinytf_on_one_path(shape: Shape, explicit: bool) -> nn.Module:
-    """tinytf's default model with its shape rule (attention.py) overridden in every
-    attention module: always the explicit path, or always the fused kernel. Same weights,
-    same math: measures the rule."""
-    model = tinytf_model(shape)
+def tinytf_on_one_path(shape: Shape, explicit: bool, arch: str = "decoder") -> nn.Module:
+    """tinytf's default model (or its encoder: `arch`) with its shape rule (attention.py)
+    overridden in every attention module: always the explicit path, or always the fused
+    kernel. Same weights, same math: measures the rule."""
+    model = tinytf_model(shape, arch=arch)
     for module in model.modules():
         if isinstance(module, MultiHeadAttention):
             module.explicit_keys = range(shape.seq + 1) if explicit else range(0)

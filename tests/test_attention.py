@@ -105,10 +105,12 @@ def test_the_shape_rule_takes_the_explicit_path_for_few_keys_on_a_cpu(key_length
         _, weights = module(torch.randn(2, length, D_MODEL), is_causal=True)
         assert weights is None
     assert key_lengths == [first, last]
-    # A bias (padding) goes to the fused kernel at any length: the rule was measured without one.
-    bias = attention_bias(padding(2, first, [first, 3]), first, causal=False)
-    module(torch.randn(2, first, D_MODEL), attn_bias=bias)
-    assert key_lengths == [first, last]
+    # Under a padding bias the same lengths take the explicit path (measured with one too).
+    for length in (first - 1, first, last, last + 1):
+        bias = attention_bias(padding(2, length, [length, 3]), length, causal=False)
+        _, weights = module(torch.randn(2, length, D_MODEL), attn_bias=bias)
+        assert weights is None
+    assert key_lengths == [first, last, first, last]
 
 
 def test_wide_heads_take_the_explicit_path_for_short_inputs_too(key_lengths):

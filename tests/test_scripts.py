@@ -122,14 +122,32 @@ def test_bench_runs_a_custom_shape_and_writes_json(tmp_path):
     assert result["shapes"][0]["model_flops"] == result["shapes"][0]["model_flops_formula"]
 
 
-def test_bench_paths_times_both_attention_paths_and_names_the_rules_choice(tmp_path):
+@pytest.mark.parametrize("padded", [False, True])
+def test_bench_paths_times_both_attention_paths_and_names_the_rules_choice(tmp_path, padded):
     out = tmp_path / "paths.json"
-    run_script("scripts/bench.py", "--paths", "--keys", "8", "20", "--rounds", "1", "--repeat", "1", "--json", str(out))
+    run_script("scripts/bench.py", "--paths", "--keys", "8", "20", "--rounds", "1", "--repeat", "1", "--json", str(out),
+               *(["--padded"] if padded else []))  # fmt: skip
     rows = json.loads(out.read_text())["paths"]
     assert [(row["head_dim"], row["keys"]) for row in rows] == [(w, k) for w in (16, 32, 64) for k in (8, 20)]
+    assert all(row["padded"] == padded for row in rows)
     # attention.explicit_keys: 17-48 keys at head width 16, 1-48 from 32
     assert [row["rule"] for row in rows] == ["fused", "explicit"] + ["explicit"] * 4
     assert all(row["explicit_ms"] > 0 and row["fused_ms"] > 0 for row in rows)
+
+
+@pytest.mark.parametrize("padded", [False, True])
+def test_the_padded_path_sweep_runs_every_attention_under_a_padding_bias(padded, monkeypatch):
+    from tinytf.model.attention import MultiHeadAttention
+
+    biased, real_forward = [], MultiHeadAttention.forward
+
+    def recording_forward(self, x, context=None, **kwargs):
+        biased.append(kwargs.get("attn_bias") is not None)
+        return real_forward(self, x, context, **kwargs)
+
+    monkeypatch.setattr(MultiHeadAttention, "forward", recording_forward)
+    (row,) = bench.path_sweep((8,), (16,), rounds=1, repeat=1, padded=padded)
+    assert row["padded"] == padded and biased and set(biased) == {padded}
 
 
 def test_bench_tasks_measures_the_tasks_asked_for(tmp_path):

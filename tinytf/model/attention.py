@@ -16,9 +16,9 @@ Shape legend (used in every comment below):
 same meaning, and also returns the attention weights. `MultiHeadAttention` calls
 `attention` when the weights are asked for (`return_attention`, or a probe that wants its
 pattern: see hooks.py). Otherwise it takes whichever of the two trained faster where we
-measured it: on a CPU, `attention` under no mask or the causal one for 17 to 48 keys (1 to
-48 with heads 32 or more wide: see `explicit_keys`); the fused kernel for other lengths,
-under a bias (padding), and always on a GPU.
+measured it: on a CPU, `attention` for 17 to 48 keys (1 to 48 with heads 32 or more wide:
+see `explicit_keys`), causal, padded or neither; the fused kernel for other lengths, and
+always on a GPU.
 """
 
 from __future__ import annotations
@@ -98,8 +98,11 @@ def attention(
 # timings (once 1.04x); with 8 to 16 keys 1.00-1.12x; with 64 0.92-1.15x. Head width 32:
 # 0.85-0.99x at every length from 8 to 48 keys; 64 keys stay on the kernel (0.94-0.99x
 # here, but 0.98-1.04x at the benchmark's default shape). Head width 64 (two runs):
-# 0.97-1.03x from 8 to 64 keys, a tie. Attention under an attn_bias (padding) stays on the
-# fused kernel, where it always ran: the rule was not measured there.
+# 0.97-1.03x from 8 to 64 keys, a tie. Under a padding bias (a 2-layer encoder, rows padded
+# to the longest: `bench.py --paths --padded`, and an earlier run forcing the paths the
+# same way) the same lengths gain: head width 16, 0.66-0.94x with 20 to 48 keys,
+# 0.96-1.08x with 8 to 16, 1.14x and 1.17x with 64; head width 32, 0.72-1.01x from 8 to
+# 48 keys; head width 64, 0.92-1.02x, a tie.
 WIDE_HEAD_DIM = 32  # heads at least this wide take the explicit path for short inputs too
 EXPLICIT_KEYS = range(17, 49)  # head widths under WIDE_HEAD_DIM
 EXPLICIT_KEYS_WIDE_HEADS = range(1, 49)  # head widths of WIDE_HEAD_DIM and more
@@ -145,8 +148,8 @@ class MultiHeadAttention(nn.Module):
         self.dropout = dropout
         self.qkv_proj = nn.Linear(d_model, 3 * d_model, bias=bias)  # [W_Q; W_K; W_V]
         self.out_proj = nn.Linear(d_model, d_model, bias=bias)  # W_O
-        # Without weights asked for, on a CPU and without attn_bias: the explicit path for these
-        # key lengths, the fused kernel otherwise (same math; see explicit_keys). range(0): never.
+        # Without weights asked for, on a CPU: the explicit path for these key lengths, the
+        # fused kernel otherwise (same math; see explicit_keys). range(0): never.
         self.explicit_keys = explicit_keys(self.head_dim)
 
     def forward(
@@ -206,8 +209,8 @@ class MultiHeadAttention(nn.Module):
                 if hooked is not weights:  # a hook replaced the weights: the heads read the new ones
                     weights = hooked
                     heads = F.dropout(weights, p=dropout) @ v  # (B, H, T_q, T_k) @ (B, H, T_k, D_h)
-        elif attn_bias is None and q.device.type == "cpu" and k.size(2) in self.explicit_keys:
-            heads, weights = attention(q, k, v, dropout_p=dropout, is_causal=is_causal)  # no bias here
+        elif q.device.type == "cpu" and k.size(2) in self.explicit_keys:
+            heads, weights = attention(q, k, v, attn_mask=attn_bias, dropout_p=dropout, is_causal=is_causal)
         else:
             # Same math and same arguments, fused: never materialises the (T_q, T_k) weights.
             heads = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_bias, dropout_p=dropout, is_causal=is_causal)
