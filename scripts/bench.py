@@ -455,6 +455,8 @@ def main() -> None:
         for shape in shapes.values():
             profile_step(shape)
         return
+    if args.padded and not args.paths:
+        parser.error("--padded goes with --paths")
     if args.paths:
         rows = path_sweep(tuple(args.keys), PATH_SWEEP_WIDTHS, args.rounds, args.repeat, args.padded)
         print_path_sweep(rows)

@@ -5,14 +5,14 @@
     python scripts/bench_images.py --json images.json
 
 Training logs the maps of a few fixed inputs, every layer's, every `log.attention_every`
-steps. `LayerImages` draws a figure in full once per set of tick labels (one input's
+steps. `LayerImages` draws a figure in full once per set of tick labels (the query and key
 tokens) and keeps it as pixels; then it draws only the heatmaps and titles on those. This
 times the three cases, medians of `--rounds` calls each, on random weights:
     new tokens     a set of labels it has not drawn: the whole figure, labels included
     next layer     the same tokens as the last map, another layer's weights and titles
     same map       the same layer again at a later step, new weights
-The first is what the first attention log of a run pays per input and attention kind
-(self, cross); the other two are every later image.
+The first is what the first attention log of a run pays per input and pair of query and
+key tokens (encoder self, decoder self, cross); the other two are every later image.
 """
 
 from __future__ import annotations

@@ -33,7 +33,8 @@ from tinytf.model.attention import MultiHeadAttention
 
 @dataclass(frozen=True)
 class Shape:
-    """A causal LM's size, and the batch it trains on: B = batch, T = seq, D = d_model."""
+    """A model's size (a causal LM's, or an encoder's for `bench.py --paths --padded`), and the
+    batch it trains on: B = batch, T = seq, D = d_model."""
 
     vocab: int
     seq: int

@@ -3,6 +3,7 @@
     python scripts/step_times.py configs/histogram-decoder.yaml --variant model.d_ff=256 --variant model.d_ff=128
     python scripts/step_times.py configs/sort-decoder.yaml --variant "model.n_heads=2 model.d_ff=128"
     python scripts/step_times.py configs/copy-encoder.yaml --json steps.json
+    python scripts/step_times.py configs/rasp/sort.yaml --threads 1 --fused-kernel
 
 Each variant is the config with its `KEY=VALUE` overrides (space-separated; no variant: the
 config as it is). Every variant builds its own trainer, as `tinytf train` would, and trains
@@ -10,7 +11,9 @@ config as it is). Every variant builds its own trainer, as `tinytf train` would,
 `--repeat` steps each per round, and the report is each variant's median step time over
 `--rounds` rounds and its ratio to the first variant's. Taking turns exposes every
 variant to the same load on a shared machine, so the ratios hold where the times do not
-(see the README on noisy machines).
+(see the README on noisy machines). `--fused-kernel` adds each variant again with every
+attention forced onto PyTorch's fused kernel (named "VARIANT [fused kernel]"): how much
+attention.py's shape rule gains or loses on that config.
 
 A step is what the training loop does per step: draw and frame a batch, forward, loss,
 backward, clip, the optimizer's step; no evaluation, logging or checkpoints. This is how the README
@@ -35,13 +38,17 @@ from bench import round_robin
 from tinytf.distributed import OneProcess
 from tinytf.errors import UserError
 from tinytf.experiment import load_config
+from tinytf.model.attention import MultiHeadAttention
 from tinytf.training import Trainer, _assemble
+
+FUSED_KERNEL = "[fused kernel]"  # the name suffix of --fused-kernel's variants
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("config", type=Path)
     parser.add_argument("--variant", action="append", default=None, help="overrides, e.g. 'model.d_ff=128 seed=1'")
+    parser.add_argument("--fused-kernel", action="store_true", help="also each variant on the fused kernel alone")
     add_timing_arguments(parser, "variant", rounds=15)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -51,8 +58,13 @@ def main() -> None:
 
     try:
         trainers = {variant: trainer_for(args.config, variant.split()) for variant in variants}
+        if args.fused_kernel:  # each variant again, every attention on the kernel
+            for variant in variants:
+                trainer = on_the_fused_kernel(trainer_for(args.config, variant.split()))
+                trainers[f"{variant} {FUSED_KERNEL}".strip()] = trainer
     except UserError as err:  # a missing config, an unknown key, a bad value: one line
         parser.error(str(err))
+    variants = list(trainers)
     seconds = time_steps(trainers, args)
     first = seconds[variants[0]]
     rows = [{"config": args.config.name, "variant": variant, "parameters": parameters(trainers[variant]),
@@ -91,6 +103,15 @@ def trainer_for(path: Path, overrides: list[str]) -> Trainer:
     without a run folder (nothing is written)."""
     config = load_config(path, [*overrides, "train.device=cpu", "train.compile=false"])
     return _assemble(config, None, (), OneProcess())
+
+
+def on_the_fused_kernel(trainer: Trainer) -> Trainer:
+    """`trainer` with its model's shape rule (attention.explicit_keys) overridden: every
+    attention on the fused kernel, the rule's other side. Same weights, same math."""
+    for module in trainer.model.modules():
+        if isinstance(module, MultiHeadAttention):
+            module.explicit_keys = range(0)
+    return trainer
 
 
 def parameters(trainer: Trainer) -> int:

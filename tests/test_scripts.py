@@ -11,10 +11,13 @@ import torch.nn.functional as F
 from conftest import ROOT, SUBPROCESS_ENV
 from torch.utils.flop_counter import FlopCounterMode
 
+from tinytf.model.attention import MultiHeadAttention
+
 sys.path.insert(0, str(ROOT / "scripts"))
 
 import bench
 import contenders
+import step_times
 import train_configs
 
 # Two small shapes with different widths, depths, head counts and lengths (B x T tokens).
@@ -137,8 +140,6 @@ def test_bench_paths_times_both_attention_paths_and_names_the_rules_choice(tmp_p
 
 @pytest.mark.parametrize("padded", [False, True])
 def test_the_padded_path_sweep_runs_every_attention_under_a_padding_bias(padded, monkeypatch):
-    from tinytf.model.attention import MultiHeadAttention
-
     biased, real_forward = [], MultiHeadAttention.forward
 
     def recording_forward(self, x, context=None, **kwargs):
@@ -237,6 +238,16 @@ def test_step_times_times_each_variant_against_the_first(tmp_path):
     assert rows[0]["ratio"] == 1.0 and all(row["step_ms"] > 0 for row in rows)
     assert rows[1]["ratio"] == pytest.approx(rows[1]["step_ms"] / rows[0]["step_ms"])
     assert rows[1]["parameters"] < rows[0]["parameters"]  # the overrides made the model smaller
+
+
+def test_step_times_can_time_each_variant_on_the_fused_kernel_too(tmp_path):
+    trainer = step_times.on_the_fused_kernel(step_times.trainer_for(ROOT / "configs/rasp/sort.yaml", []))
+    attentions = [m for m in trainer.model.modules() if isinstance(m, MultiHeadAttention)]
+    assert attentions and all(m.explicit_keys == range(0) for m in attentions)
+    out = tmp_path / "steps.json"
+    run_script("scripts/step_times.py", "configs/copy-encoder.yaml", "--variant", "", "--fused-kernel",
+               "--threads", "1", "--warmup", "1", "--rounds", "2", "--repeat", "1", "--json", str(out))  # fmt: skip
+    assert [row["variant"] for row in json.loads(out.read_text())] == ["", "[fused kernel]"]
 
 
 def test_bench_images_times_the_three_cases_of_a_layer_image(tmp_path):

@@ -63,3 +63,12 @@ def test_only_the_most_recently_used_frames_are_kept():
     for attention in (first, second, first, third):  # `second` is the least recently used when `third` comes
         images.render(attention)
     assert [labels[2] for labels in images._frames] == [("a", "b"), ("a", "b", "c", "d")]  # query tokens
+
+
+def test_query_tokens_and_their_ticks_are_drawn_on_the_first_head_only():
+    rng = np.random.default_rng(4)
+    tokens = ["a", "b", "c"]
+    first, *others = layer_figure(random_map(rng, tokens)).axes
+    assert [label.get_text() for label in first.get_yticklabels()] == tokens
+    assert all(len(ax.get_yticks()) == 0 for ax in others)
+    assert all([label.get_text() for label in ax.get_xticklabels()] == tokens for ax in (first, *others))

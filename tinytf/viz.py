@@ -213,11 +213,11 @@ class LayerImages:
     are the same from layer to layer and from step to step; only the weights and the
     titles change. So the first rendering of a set of labels draws the whole figure but
     its heatmaps and titles and keeps those pixels; later ones paste them back and draw
-    just the heatmaps and titles (matplotlib's "blitting") -- about 1/30 of the time it
+    just the heatmaps and titles (matplotlib's "blitting") -- about a tenth of the time it
     takes to draw the tick labels again. The MAX_KEPT label sets last used are kept.
     """
 
-    MAX_KEPT = 32  # figures kept; a training run's samples need one per sample and attention kind
+    MAX_KEPT = 32  # figures kept; a training run needs one per sample and pair of query/key tokens
 
     def __init__(self) -> None:
         self._frames: OrderedDict[tuple, _LayerFrame] = OrderedDict()  # labels -> its kept figure

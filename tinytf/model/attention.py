@@ -102,7 +102,7 @@ def attention(
 # to the longest: `bench.py --paths --padded`, and an earlier run forcing the paths the
 # same way) the same lengths gain: head width 16, 0.66-0.94x with 20 to 48 keys,
 # 0.96-1.08x with 8 to 16, 1.14x and 1.17x with 64; head width 32, 0.72-1.01x from 8 to
-# 48 keys; head width 64, 0.92-1.02x, a tie.
+# 48 keys; head width 64, 0.92-1.02x from 8 to 64 keys, a tie.
 WIDE_HEAD_DIM = 32  # heads at least this wide take the explicit path for short inputs too
 EXPLICIT_KEYS = range(17, 49)  # head widths under WIDE_HEAD_DIM
 EXPLICIT_KEYS_WIDE_HEADS = range(1, 49)  # head widths of WIDE_HEAD_DIM and more
