@@ -47,6 +47,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=7)
     parser.add_argument("--json", type=Path, default=None, help="also write the results as JSON")
     args = parser.parse_args()
+    for name in ("tokens", "heads", "rounds"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name} must be at least 1")
     rng = np.random.default_rng(0)
     images = LayerImages()
     images.render(random_map(rng, 0, ["warm-up"], args.heads))  # imports matplotlib, loads the fonts

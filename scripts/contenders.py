@@ -21,6 +21,7 @@ where the LayerNorms sit, GELU or ReLU.
 from __future__ import annotations
 
 import math
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -56,13 +57,17 @@ def tinytf_model(shape: Shape, **design: str) -> nn.Module:
 
 
 def tinytf_on_one_path(shape: Shape, explicit: bool, arch: str = "decoder") -> nn.Module:
-    """tinytf's default model (or its encoder: `arch`) with its shape rule (attention.py)
-    overridden in every attention module: always the explicit path, or always the fused
-    kernel. Same weights, same math: measures the rule."""
-    model = tinytf_model(shape, arch=arch)
+    """tinytf's default model (or its encoder: `arch`) on one attention path (`on_one_path`)."""
+    return on_one_path(tinytf_model(shape, arch=arch), explicit)
+
+
+def on_one_path(model: nn.Module, explicit: bool) -> nn.Module:
+    """`model` with its shape rule (attention.explicit_keys) overridden in every attention
+    module: always the explicit path, or always the fused kernel. Same weights, same math:
+    measures the rule."""
     for module in model.modules():
         if isinstance(module, MultiHeadAttention):
-            module.explicit_keys = range(shape.seq + 1) if explicit else range(0)
+            module.explicit_keys = range(sys.maxsize) if explicit else range(0)
     return model
 
 

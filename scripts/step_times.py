@@ -34,11 +34,11 @@ from pathlib import Path
 
 import torch
 from bench import round_robin
+from contenders import on_one_path
 
 from tinytf.distributed import OneProcess
 from tinytf.errors import UserError
 from tinytf.experiment import load_config
-from tinytf.model.attention import MultiHeadAttention
 from tinytf.training import Trainer, _assemble
 
 FUSED_KERNEL = "[fused kernel]"  # the name suffix of --fused-kernel's variants
@@ -106,11 +106,9 @@ def trainer_for(path: Path, overrides: list[str]) -> Trainer:
 
 
 def on_the_fused_kernel(trainer: Trainer) -> Trainer:
-    """`trainer` with its model's shape rule (attention.explicit_keys) overridden: every
-    attention on the fused kernel, the rule's other side. Same weights, same math."""
-    for module in trainer.model.modules():
-        if isinstance(module, MultiHeadAttention):
-            module.explicit_keys = range(0)
+    """`trainer` with every attention of its model on the fused kernel (the shape rule's
+    other side, where it picks the explicit path)."""
+    on_one_path(trainer.model, explicit=False)
     return trainer
 
 

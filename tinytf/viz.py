@@ -44,11 +44,13 @@ def _draw_heatmap(
     they are the same for every head, and each tick is a few ms of matplotlib's drawing time."""
     ax.imshow(weights, cmap="Blues", vmin=0.0, vmax=1.0, aspect="auto")
     ax.set_xticks(range(len(key_tokens)), key_tokens, rotation=90, fontsize=7)
-    ax.set_yticks(range(len(query_tokens)) if first_in_row else [], query_tokens if first_in_row else [], fontsize=7)
     ax.set_title(title, fontsize=8)
     ax.set_xlabel("key", fontsize=7)
     if first_in_row:
+        ax.set_yticks(range(len(query_tokens)), query_tokens, fontsize=7)
         ax.set_ylabel("query", fontsize=7)
+    else:
+        ax.set_yticks([])
 
 
 def layer_figure(attention: AttentionMap) -> Figure:
