@@ -13,8 +13,8 @@ Contenders (scripts/contenders.py says what each is and why the comparison is fa
 a causal language model of the same shape trained with the same optimizer (fused AdamW)
 on the same random tokens:
     tinytf            tinytf.build_model (fused QKV; attention on the path its shape rule
-                      picks: explicit for 17-48 keys on a CPU, 1-48 at head widths from 32,
-                      else PyTorch's fused kernel)
+                      picks: explicit for 1-48 keys on a CPU but 16 at head widths under
+                      32, else PyTorch's fused kernel)
     torch-encoder     torch.nn.TransformerEncoder (pre-LN, GELU) with a causal mask
     textbook          the seed chapter's code: separate W_Q, W_K, W_V, W_O, masked_fill
                       + softmax, post-LN, ReLU
@@ -64,7 +64,7 @@ import json
 import math
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -380,10 +380,20 @@ def path_sweep(keys: tuple[int, ...], widths: tuple[int, ...], rounds: int, repe
     return rows
 
 
+def spans(keys: Iterable[int]) -> str:
+    """Key lengths as runs, e.g. "1-15, 17-48"."""
+    runs: list[list[int]] = []
+    for key in sorted(keys):
+        if runs and key == runs[-1][1] + 1:
+            runs[-1][1] = key
+        else:
+            runs.append([key, key])
+    return ", ".join(f"{first}-{last}" if last > first else str(first) for first, last in runs)
+
+
 def print_path_sweep(rows: list[dict]) -> None:
-    narrow, wide = EXPLICIT_KEYS, EXPLICIT_KEYS_WIDE_HEADS
-    rule = (f"explicit for {narrow.start}-{narrow.stop - 1} keys, "
-            f"{wide.start}-{wide.stop - 1} at head widths from {WIDE_HEAD_DIM}")  # fmt: skip
+    rule = (f"explicit for {spans(EXPLICIT_KEYS)} keys, "
+            f"{spans(EXPLICIT_KEYS_WIDE_HEADS)} at head widths from {WIDE_HEAD_DIM}")  # fmt: skip
     case = "a 2-layer encoder under a padding bias" if rows and rows[0]["padded"] else "a 2-layer causal LM"
     print(f"Attention paths, whole training steps of {case} ({torch.get_num_threads()} threads); the rule: {rule}\n")
     print("| head width | keys | batch | explicit ms | fused ms | explicit / fused | rule picks | faster |")

@@ -15,6 +15,7 @@ from tinytf.model.attention import (
     MultiHeadAttention,
     attention,
     explicit_keys,
+    softmax_over_keys,
 )
 from tinytf.model.masks import attention_bias, bias_from_allowed, causal_allowed
 
@@ -100,17 +101,18 @@ def key_lengths(monkeypatch):
 
 def test_the_shape_rule_takes_the_explicit_path_for_few_keys_on_a_cpu(key_lengths):
     module = MultiHeadAttention(D_MODEL, N_HEADS)
-    first, last = EXPLICIT_KEYS[0], EXPLICIT_KEYS[-1]
-    for length in (1, first - 1, first, last, last + 1, 128):
+    explicit, fused = [1, 15, 17, 48], [16, 49, 128]  # 1-48 keys, but 16 at narrow heads
+    for length in explicit + fused:
         _, weights = module(torch.randn(2, length, D_MODEL), is_causal=True)
         assert weights is None
-    assert key_lengths == [first, last]
+    assert key_lengths == explicit
     # Under a padding bias the same lengths take the explicit path (measured with one too).
-    for length in (first - 1, first, last, last + 1):
-        bias = attention_bias(padding(2, length, [length, 3]), length, causal=False)
-        _, weights = module(torch.randn(2, length, D_MODEL), attn_bias=bias)
-        assert weights is None
-    assert key_lengths == [first, last, first, last]
+    key_lengths.clear()
+    for length in explicit + fused:
+        bias = attention_bias(padding(2, length, [length, 1]), length, causal=False)
+        module(torch.randn(2, length, D_MODEL), attn_bias=bias)
+    assert key_lengths == explicit
+    assert set(EXPLICIT_KEYS) == set(range(1, 49)) - {16}
 
 
 def test_wide_heads_take_the_explicit_path_for_short_inputs_too(key_lengths):
@@ -177,6 +179,24 @@ def test_fully_masked_query_rows_stay_finite():
         assert torch.isfinite(out).all()
         if return_attention:
             assert torch.isfinite(weights).all()
+
+
+@pytest.mark.parametrize("key_len", [1, 2, 5, 12, 15, 16, 17, 33])
+def test_softmax_over_keys_is_torch_softmax_at_every_row_length(key_len):
+    """Short rows are padded to 16 keys (a faster CPU kernel): same values, same gradients,
+    masked and fully masked rows included."""
+    torch.manual_seed(key_len)
+    scores = torch.randn(2, 3, 4, key_len) * 3
+    scores[0, 0, 1, -1] = torch.finfo(scores.dtype).min  # a hidden key
+    scores[1, 2, 3] = torch.finfo(scores.dtype).min  # a query with every key hidden: uniform
+    ours, theirs = scores.clone().requires_grad_(), scores.clone().requires_grad_()
+    weights, expected = softmax_over_keys(ours), torch.softmax(theirs, dim=-1)
+    assert weights.shape == (2, 3, 4, key_len)
+    torch.testing.assert_close(weights, expected, **TOL)
+    upstream = torch.randn(2, 3, 4, key_len)
+    (weights * upstream).sum().backward()
+    (expected * upstream).sum().backward()
+    torch.testing.assert_close(ours.grad, theirs.grad, **TOL)
 
 
 def test_masked_keys_get_zero_weight():

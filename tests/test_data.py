@@ -3,6 +3,7 @@ and metrics computed the way users get answers."""
 
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 import tinytf
@@ -180,6 +181,25 @@ def test_padding_never_changes_an_example_s_logits(name, arch, tmp_path):
 
 
 # ---- held-out set
+
+
+@pytest.mark.parametrize("vocab_size", [3, 10, 15, 16, 40])
+def test_scored_loss_is_cross_entropy_over_scored_positions(vocab_size):
+    """Small vocabularies pad their logits to 16 classes (a faster CPU kernel): the loss and
+    its gradient stay those of plain cross-entropy over the scored positions."""
+    torch.manual_seed(vocab_size)
+    logits = (torch.randn(4, 6, vocab_size) * 2).requires_grad_()
+    labels = torch.randint(0, vocab_size, (4, 6))
+    labels[:, :2] = IGNORE  # unscored, as a decoder's prompt
+    scored = labels != IGNORE
+    loss = scored_loss(logits, labels)
+    expected = F.cross_entropy(logits[scored], labels[scored])
+    torch.testing.assert_close(loss, expected)
+    torch.testing.assert_close(scored_loss(logits, labels, reduction="sum"), expected * scored.sum())
+    (gradient,) = torch.autograd.grad(loss, logits)
+    (expected_gradient,) = torch.autograd.grad(expected, logits)
+    torch.testing.assert_close(gradient, expected_gradient)
+    assert gradient[:, :2].abs().max() == 0  # nothing flows from unscored positions
 
 
 def test_training_stream_never_draws_a_held_out_example():

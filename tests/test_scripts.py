@@ -128,12 +128,12 @@ def test_bench_runs_a_custom_shape_and_writes_json(tmp_path):
 @pytest.mark.parametrize("padded", [False, True])
 def test_bench_paths_times_both_attention_paths_and_names_the_rules_choice(tmp_path, padded):
     out = tmp_path / "paths.json"
-    run_script("scripts/bench.py", "--paths", "--keys", "8", "20", "--rounds", "1", "--repeat", "1", "--json", str(out),
-               *(["--padded"] if padded else []))  # fmt: skip
+    options = ["--keys", "16", "20", "--rounds", "1", "--repeat", "1", "--json", str(out)]
+    run_script("scripts/bench.py", "--paths", *options, *(["--padded"] if padded else []))
     rows = json.loads(out.read_text())["paths"]
-    assert [(row["head_dim"], row["keys"]) for row in rows] == [(w, k) for w in (16, 32, 64) for k in (8, 20)]
+    assert [(row["head_dim"], row["keys"]) for row in rows] == [(w, k) for w in (16, 32, 64) for k in (16, 20)]
     assert all(row["padded"] == padded for row in rows)
-    # attention.explicit_keys: 17-48 keys at head width 16, 1-48 from 32
+    # attention.explicit_keys: 1-48 keys but 16 at head width 16, 1-48 from 32
     assert [row["rule"] for row in rows] == ["fused", "explicit"] + ["explicit"] * 4
     assert all(row["explicit_ms"] > 0 and row["fused_ms"] > 0 for row in rows)
 

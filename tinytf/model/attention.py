@@ -16,14 +16,15 @@ Shape legend (used in every comment below):
 same meaning, and also returns the attention weights. `MultiHeadAttention` calls
 `attention` when the weights are asked for (`return_attention`, or a probe that wants its
 pattern: see hooks.py). Otherwise it takes whichever of the two trained faster where we
-measured it: on a CPU, `attention` for 17 to 48 keys (1 to 48 with heads 32 or more wide:
-see `explicit_keys`), causal, padded or neither; the fused kernel for other lengths, and
-always on a GPU.
+measured it: on a CPU, `attention` for 1 to 48 keys except 16 (16 too with heads 32 or
+more wide: see `explicit_keys`), causal, padded or neither; the fused kernel for other
+lengths, and always on a GPU.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Container
 from dataclasses import dataclass
 
 import torch
@@ -33,6 +34,8 @@ from torch import nn
 from tinytf.model.hooks import Probe
 from tinytf.model.masks import bias_from_allowed, causal_allowed
 from tinytf.model.positional import RotaryPositions
+
+MIN_SOFTMAX_ROW = 16  # shorter rows of scores are padded to this many keys (softmax_over_keys)
 
 
 def attention(
@@ -86,29 +89,47 @@ def attention(
             raise TypeError(f"attn_mask must be bool (True = may attend) or float (a bias), got {attn_mask.dtype}")
         scores = scores + attn_mask  # (..., T_q, T_k) + bias broadcast to (..., T_q, T_k)
 
-    weights = torch.softmax(scores, dim=-1)  # (..., T_q, T_k), each row sums to 1
+    weights = softmax_over_keys(scores)  # (..., T_q, T_k), each row sums to 1
     attended = F.dropout(weights, p=dropout_p) if dropout_p > 0 else weights
     output = attended @ v  # (..., T_q, T_k) @ (..., T_k, D_h) -> (..., T_q, D_h)
     return output, weights
 
 
+def softmax_over_keys(scores: torch.Tensor) -> torch.Tensor:
+    """torch.softmax(scores, dim=-1), quicker on a CPU for rows of fewer than 16 keys.
+
+    PyTorch's CPU softmax is slow on rows shorter than 16 floats (one AVX-512 vector):
+    forward and backward, (64, 4, 12, 12) scores took 0.85 ms on one thread, and 0.20 ms
+    padded to (64, 4, 12, 16) as here, padding and slicing included; 16 keys took 0.12 ms
+    unpadded. So a short row gets -inf scores up to 16 keys: keys whose weight is exactly
+    0, dropped again after. (The loss pads its logits the same way: evaluate.scored_loss.)
+    """
+    key_len = scores.size(-1)
+    if key_len >= MIN_SOFTMAX_ROW or scores.device.type != "cpu":
+        return torch.softmax(scores, dim=-1)
+    padded = F.pad(scores, (0, MIN_SOFTMAX_ROW - key_len), value=float("-inf"))  # (..., T_q, T_k) -> (..., T_q, 16)
+    return torch.softmax(padded, dim=-1)[..., :key_len]  # (..., T_q, 16) -> (..., T_q, T_k)
+
+
 # The shape rule, from whole training steps of a 2-layer causal LM on a 2-core CPU, each
-# path forced (`python scripts/bench.py --paths`, four runs; README "Performance"). Head
-# width 16: with 20 to 48 keys the explicit path took 0.81-0.97x the time in 19 of 20
-# timings (once 1.04x); with 8 to 16 keys 1.00-1.12x; with 64 0.92-1.15x. Head width 32:
-# 0.85-0.99x at every length from 8 to 48 keys; 64 keys stay on the kernel (0.94-0.99x
-# here, but 0.98-1.04x at the benchmark's default shape). Head width 64 (two runs):
-# 0.97-1.03x from 8 to 64 keys, a tie. Under a padding bias (a 2-layer encoder, rows padded
-# to the longest: `bench.py --paths --padded`, and an earlier run forcing the paths the
-# same way) the same lengths gain: head width 16, 0.66-0.94x with 20 to 48 keys,
-# 0.96-1.08x with 8 to 16, 1.14x and 1.17x with 64; head width 32, 0.72-1.01x from 8 to
-# 48 keys; head width 64, 0.92-1.02x from 8 to 64 keys, a tie.
-WIDE_HEAD_DIM = 32  # heads at least this wide take the explicit path for short inputs too
-EXPLICIT_KEYS = range(17, 49)  # head widths under WIDE_HEAD_DIM
+# path forced (`python scripts/bench.py --paths`; README "Performance"). Head width 16:
+# with 20 to 48 keys the explicit path took 0.78-0.98x the kernel's time (five runs; once
+# 1.04x); with 64 keys 0.92-1.15x. At exactly 16 keys the kernel wins (1.07-1.10x in four
+# runs, causal and padded). Below 16 the explicit path gained once its softmax was padded
+# to 16 keys (softmax_over_keys): 0.90x and 0.95x at 8 and 10 keys, 1.05x and 1.03x at 12
+# and 13 (causal), 0.91-0.94x from 8 to 13 under a padding bias. On the shipped configs'
+# own steps (batch 64; 8 to 13 keys where they changed path), this rule and the padding
+# took 0.90-1.03x the time of the rule before (17-48 keys; median 0.97x over 30 configs).
+# Head width 32: 0.72-1.01x from 8 to 48 keys. Head width 64: 0.92-1.03x from 8 to 64,
+# a tie. From 49 keys the kernel runs (at 64 keys the paths swing between 0.92x and 1.17x).
+# Under a padding bias (a 2-layer encoder, rows padded to the longest:
+# `bench.py --paths --padded`) the same lengths gain as without.
+WIDE_HEAD_DIM = 32  # heads at least this wide take the explicit path at 16 keys too
 EXPLICIT_KEYS_WIDE_HEADS = range(1, 49)  # head widths of WIDE_HEAD_DIM and more
+EXPLICIT_KEYS = frozenset(EXPLICIT_KEYS_WIDE_HEADS) - {16}  # narrower heads: not at exactly 16 keys
 
 
-def explicit_keys(head_dim: int) -> range:
+def explicit_keys(head_dim: int) -> Container[int]:
     """Key lengths at which the explicit path trains faster on a CPU than the fused kernel."""
     return EXPLICIT_KEYS_WIDE_HEADS if head_dim >= WIDE_HEAD_DIM else EXPLICIT_KEYS
 
