@@ -1,6 +1,7 @@
 """The training loop, run folders and checkpoints, through the library API."""
 
 import itertools
+import math
 import os
 import pickle
 
@@ -8,16 +9,26 @@ import pytest
 import torch
 from conftest import CtrlCAt, read_metrics, tiny_config
 
+from tinytf import training
 from tinytf.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from tinytf.config import config_from_dict
 from tinytf.data import TaskData
+from tinytf.distributed import OneProcess
 from tinytf.errors import UserError
 from tinytf.framing import get_framing
 from tinytf.loggers import RecordingLogger
 from tinytf.model import build_model
 from tinytf.runs import checkpoint_path, create_run_dir, load_run, newest_run
 from tinytf.tasks import get_task
-from tinytf.training import Trainer, learning_rate_factor, make_optimizer, select_device, train
+from tinytf.training import (
+    Trainer,
+    _assemble,
+    learning_rate_factor,
+    make_optimizer,
+    select_device,
+    step_precision,
+    train,
+)
 
 
 def final_weights(run_dir):
@@ -219,6 +230,29 @@ def test_unavailable_device_is_a_user_error():
         with pytest.raises(UserError, match="no cuda device"):
             select_device("cuda")
     assert select_device("cpu").type == "cpu"
+
+
+def test_precision_auto_is_bf16_on_cuda_and_on_cpus_that_multiply_bf16(monkeypatch):
+    cpu, cuda, mps = torch.device("cpu"), torch.device("cuda"), torch.device("mps")
+    monkeypatch.setattr(training, "cpu_multiplies_bf16", lambda: True)
+    assert [step_precision(device, "auto") for device in (cpu, cuda, mps)] == ["bf16", "bf16", "fp32"]
+    monkeypatch.setattr(training, "cpu_multiplies_bf16", lambda: False)
+    assert [step_precision(device, "auto") for device in (cpu, cuda, mps)] == ["fp32", "bf16", "fp32"]
+    assert step_precision(cpu, "bf16") == "bf16" and step_precision(cuda, "fp32") == "fp32"
+    with pytest.raises(UserError, match="precision=bf16 runs on cpu or cuda"):
+        step_precision(mps, "bf16")
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp32"])
+def test_a_bf16_step_multiplies_in_bf16_and_keeps_float32_weights(precision, tmp_path):
+    config = tiny_config(train={"precision": precision, "steps": 4})
+    result = train(config, runs_dir=tmp_path)
+    assert all(math.isfinite(r["loss"]) for r in read_metrics(result.run_dir))
+    weights = final_weights(result.run_dir)
+    assert {tensor.dtype for tensor in weights.values()} == {torch.float32}
+    trainer = _assemble(config, None, (), OneProcess())
+    logits, _, _ = trainer._train_step(trainer.model, trainer.window)
+    assert logits.dtype == (torch.bfloat16 if precision == "bf16" else torch.float32)
 
 
 @pytest.mark.slow  # needs a C++ compiler, and compiling takes long
