@@ -21,7 +21,9 @@ compares feed-forward widths of the shipped configs (a step's cost, not how many
 config needs: `scripts/train_configs.py` measures that).
 
 Scope: the CPU (train.device=cpu, whatever the config says) and the eager model
-(train.compile is not applied), like scripts/bench.py. The trainer comes from
+(train.compile is not applied), like scripts/bench.py, at the config's train.precision
+(auto: bf16 matmuls on a CPU with bf16 instructions; `--variant train.precision=fp32`
+compares). The trainer comes from
 `tinytf.training`'s own assembly (`_assemble`, `_train_step`): this script times exactly
 the step that `tinytf train` runs, so it reaches inside on purpose.
 """
