@@ -13,7 +13,9 @@ config as it is). Every variant builds its own trainer, as `tinytf train` would,
 variant to the same load on a shared machine, so the ratios hold where the times do not
 (see the README on noisy machines). `--fused-kernel` adds each variant again with every
 attention forced onto PyTorch's fused kernel (named "VARIANT [fused kernel]"): how much
-attention.py's shape rule gains or loses on that config.
+attention.py's shape rule gains or loses on that config (in float32: bf16 attention on a
+CPU takes the explicit path whatever the rule, so add train.precision=fp32 to the variants
+on a CPU with bf16 instructions).
 
 A step is what the training loop does per step: draw and frame a batch, forward, loss,
 backward, clip, the optimizer's step; no evaluation, logging or checkpoints. This is how the README

@@ -115,6 +115,15 @@ def test_the_shape_rule_takes_the_explicit_path_for_few_keys_on_a_cpu(key_length
     assert set(EXPLICIT_KEYS) == set(range(1, 49)) - {16}
 
 
+def test_bf16_attention_on_a_cpu_takes_the_explicit_path_at_every_length(key_lengths):
+    module = MultiHeadAttention(D_MODEL, N_HEADS)
+    with torch.autocast("cpu", dtype=torch.bfloat16):  # as train.precision: bf16 trains
+        for length in (16, 49, 128):
+            _, weights = module(torch.randn(2, length, D_MODEL), is_causal=True)
+            assert weights is None
+    assert key_lengths == [16, 49, 128]
+
+
 def test_wide_heads_take_the_explicit_path_for_short_inputs_too(key_lengths):
     for d_model, n_heads in [(64, 2), (128, 2)]:  # head widths 32 and 64
         module = MultiHeadAttention(d_model, n_heads)
@@ -191,7 +200,7 @@ def test_softmax_over_keys_is_torch_softmax_at_every_row_length(key_len):
     scores[1, 2, 3] = torch.finfo(scores.dtype).min  # a query with every key hidden: uniform
     ours, theirs = scores.clone().requires_grad_(), scores.clone().requires_grad_()
     weights, expected = softmax_over_keys(ours), torch.softmax(theirs, dim=-1)
-    assert weights.shape == (2, 3, 4, key_len)
+    assert weights.shape == (2, 3, 4, key_len) and weights.is_contiguous()  # not a view of the padding
     torch.testing.assert_close(weights, expected, **TOL)
     upstream = torch.randn(2, 3, 4, key_len)
     (weights * upstream).sum().backward()

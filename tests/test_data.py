@@ -200,6 +200,9 @@ def test_scored_loss_is_cross_entropy_over_scored_positions(vocab_size):
     (expected_gradient,) = torch.autograd.grad(expected, logits)
     torch.testing.assert_close(gradient, expected_gradient)
     assert gradient[:, :2].abs().max() == 0  # nothing flows from unscored positions
+    labels[0, -1] = vocab_size  # past the vocabulary (and under 16): an error, not inf
+    with pytest.raises(IndexError):
+        scored_loss(logits, labels)
 
 
 def test_training_stream_never_draws_a_held_out_example():

@@ -232,19 +232,20 @@ def test_unavailable_device_is_a_user_error():
     assert select_device("cpu").type == "cpu"
 
 
-def test_precision_auto_is_bf16_on_cuda_and_on_cpus_that_multiply_bf16(monkeypatch):
+def test_precision_auto_is_bf16_where_the_hardware_multiplies_bf16(monkeypatch):
     cpu, cuda, mps = torch.device("cpu"), torch.device("cuda"), torch.device("mps")
-    monkeypatch.setattr(training, "cpu_multiplies_bf16", lambda: True)
-    assert [step_precision(device, "auto") for device in (cpu, cuda, mps)] == ["bf16", "bf16", "fp32"]
-    monkeypatch.setattr(training, "cpu_multiplies_bf16", lambda: False)
-    assert [step_precision(device, "auto") for device in (cpu, cuda, mps)] == ["fp32", "bf16", "fp32"]
+    for native in (True, False):
+        monkeypatch.setattr(training, "cpu_multiplies_bf16", lambda native=native: native)
+        monkeypatch.setattr(training, "gpu_multiplies_bf16", lambda native=native: not native)
+        expected = ["bf16", "fp32", "fp32"] if native else ["fp32", "bf16", "fp32"]
+        assert [step_precision(device, "auto") for device in (cpu, cuda, mps)] == expected
     assert step_precision(cpu, "bf16") == "bf16" and step_precision(cuda, "fp32") == "fp32"
     with pytest.raises(UserError, match="precision=bf16 runs on cpu or cuda"):
         step_precision(mps, "bf16")
 
 
 @pytest.mark.parametrize("precision", ["bf16", "fp32"])
-def test_a_bf16_step_multiplies_in_bf16_and_keeps_float32_weights(precision, tmp_path):
+def test_the_step_multiplies_in_its_precision_and_keeps_float32_weights(precision, tmp_path):
     config = tiny_config(train={"precision": precision, "steps": 4})
     result = train(config, runs_dir=tmp_path)
     assert all(math.isfinite(r["loss"]) for r in read_metrics(result.run_dir))

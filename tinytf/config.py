@@ -184,10 +184,13 @@ class TrainConfig(Section):
     eval_every: PositiveInt = Field(200, le=MAX_STEPS)  # intervals: MAX_STEPS already means "never"
     checkpoint_every: PositiveInt = Field(500, le=MAX_STEPS)
     device: Literal["auto", "cpu", "cuda", "mps"] = "auto"
-    # The training step's matrix products in bfloat16 (torch.autocast); the weights, the
-    # optimizer, the loss and every evaluation stay float32. auto: bf16 on CUDA and on CPUs
-    # that multiply bf16 in hardware (AVX512-BF16 or AMX), float32 elsewhere. fp32: never.
-    # bf16: on any CPU or CUDA device (where the hardware lacks it, slower than float32).
+    # The training step's forward pass under torch.autocast(bfloat16): the matrix products
+    # in bf16, and what is computed from them (activations; on a CPU also the attention
+    # softmax) stays bf16. The weights, the optimizer, the loss and every evaluation stay
+    # float32. auto: bf16 where the hardware multiplies bf16 (CUDA GPUs from Ampere on;
+    # CPUs with AVX512-BF16 or AMX), float32 elsewhere; each process of a torchrun job, and
+    # a resumed run, decides again on its machine. fp32: never. bf16: on any CPU or CUDA
+    # device (slower than float32 where the hardware lacks it).
     precision: Literal["auto", "fp32", "bf16"] = "auto"
     # Stop early once validation sequence accuracy reaches this fraction.
     stop_at_accuracy: Annotated[float, Field(gt=0.0, le=1.0)] | None = None

@@ -543,11 +543,17 @@ class _ThroughputWindow:
 def step_precision(device: torch.device, requested: str) -> str:
     """What train.precision means on `device`: "bf16" or "fp32" (see config.TrainConfig)."""
     if requested == "auto":
-        native = device.type == "cuda" or (device.type == "cpu" and cpu_multiplies_bf16())
+        native = {"cuda": gpu_multiplies_bf16, "cpu": cpu_multiplies_bf16}.get(device.type, lambda: False)()
         return "bf16" if native else "fp32"
     if requested == "bf16" and device.type not in ("cpu", "cuda"):
         raise UserError(f"train.precision=bf16 runs on cpu or cuda, not {device.type}; use auto or fp32")
     return requested
+
+
+def gpu_multiplies_bf16() -> bool:
+    """Whether the current CUDA GPU has bf16 tensor cores (compute capability 8.0, Ampere,
+    and later); older GPUs emulate bf16."""
+    return torch.cuda.get_device_capability() >= (8, 0)
 
 
 def cpu_multiplies_bf16() -> bool:
@@ -559,8 +565,8 @@ def cpu_multiplies_bf16() -> bool:
 
 
 def _autocast(device: torch.device, precision: str):
-    """The training step's matrix products in bf16 (same exponent range as fp32: no loss
-    scaling needed) when `precision` is "bf16"; as they are otherwise."""
+    """The training step's forward pass under bf16 autocast (same exponent range as fp32: no
+    loss scaling needed) when `precision` is "bf16"; as it is otherwise."""
     if precision == "bf16":
         return torch.autocast(device.type, dtype=torch.bfloat16)
     return contextlib.nullcontext()

@@ -102,26 +102,38 @@ def softmax_over_keys(scores: torch.Tensor) -> torch.Tensor:
     forward and backward, (64, 4, 12, 12) scores took 0.85 ms on one thread, and 0.20 ms
     padded to (64, 4, 12, 16) as here, padding and slicing included; 16 keys took 0.12 ms
     unpadded. So a short row gets -inf scores up to 16 keys: keys whose weight is exactly
-    0, dropped again after. (The loss pads its logits the same way: evaluate.scored_loss.)
+    0, dropped again after.
     """
     key_len = scores.size(-1)
-    if key_len >= MIN_SOFTMAX_ROW or scores.device.type != "cpu":
+    padded = pad_short_rows(scores)  # (..., T_q, T_k) -> (..., T_q, max(T_k, 16)) on a CPU
+    if padded is scores:
         return torch.softmax(scores, dim=-1)
-    padded = F.pad(scores, (0, MIN_SOFTMAX_ROW - key_len), value=float("-inf"))  # (..., T_q, T_k) -> (..., T_q, 16)
-    return torch.softmax(padded, dim=-1)[..., :key_len]  # (..., T_q, 16) -> (..., T_q, T_k)
+    return torch.softmax(padded, dim=-1)[..., :key_len].contiguous()  # (..., T_q, 16) -> (..., T_q, T_k)
+
+
+def pad_short_rows(x: torch.Tensor) -> torch.Tensor:
+    """x itself, or on a CPU, if its last dimension is shorter than MIN_SOFTMAX_ROW, x padded
+    to that length with -inf: entries whose softmax is exactly 0 (see softmax_over_keys;
+    the loss pads small vocabularies' logits the same way)."""
+    length = x.size(-1)
+    if length >= MIN_SOFTMAX_ROW or x.device.type != "cpu":
+        return x
+    return F.pad(x, (0, MIN_SOFTMAX_ROW - length), value=float("-inf"))  # (..., length) -> (..., 16)
 
 
 # The shape rule, from whole training steps of a 2-layer causal LM on a 2-core CPU, each
 # path forced (`python scripts/bench.py --paths`; README "Performance"). Head width 16:
 # with 20 to 48 keys the explicit path took 0.78-0.98x the kernel's time (five runs; once
-# 1.04x); with 64 keys 0.92-1.15x. At exactly 16 keys the kernel wins (1.07-1.10x in four
+# 1.04x). At exactly 16 keys the kernel wins (1.07-1.10x in four
 # runs, causal and padded). Below 16 the explicit path gained once its softmax was padded
 # to 16 keys (softmax_over_keys): 0.90x and 0.95x at 8 and 10 keys, 1.05x and 1.03x at 12
 # and 13 (causal), 0.91-0.94x from 8 to 13 under a padding bias. On the shipped configs'
 # own steps (batch 64; 8 to 13 keys where they changed path), this rule and the padding
 # took 0.90-1.03x the time of the rule before (17-48 keys; median 0.97x over 30 configs).
-# Head width 32: 0.72-1.01x from 8 to 48 keys. Head width 64: 0.92-1.03x from 8 to 64,
-# a tie. From 49 keys the kernel runs (at 64 keys the paths swing between 0.92x and 1.17x).
+# Under 8 keys nothing was timed at head width 16. Head width 32: 0.72-1.01x from 8 to 48
+# keys. Head width 64: 0.92-1.03x from 8 to 64, a tie. From 49 keys the kernel runs (at 64
+# keys, head width 16, the paths swing between 0.92x and 1.17x over causal and padded runs).
+# All of these timings are float32; under bf16 autocast (train.precision) see README.
 # Under a padding bias (a 2-layer encoder, rows padded to the longest:
 # `bench.py --paths --padded`) the same lengths gain as without.
 WIDE_HEAD_DIM = 32  # heads at least this wide take the explicit path at 16 keys too
@@ -130,7 +142,8 @@ EXPLICIT_KEYS = frozenset(EXPLICIT_KEYS_WIDE_HEADS) - {16}  # narrower heads: no
 
 
 def explicit_keys(head_dim: int) -> Container[int]:
-    """Key lengths at which the explicit path trains faster on a CPU than the fused kernel."""
+    """Key lengths at which a CPU takes the explicit path: where it trained faster than the
+    fused kernel, or (12 and 13 causal keys) where the shipped configs' steps gained overall."""
     return EXPLICIT_KEYS_WIDE_HEADS if head_dim >= WIDE_HEAD_DIM else EXPLICIT_KEYS
 
 
@@ -230,7 +243,9 @@ class MultiHeadAttention(nn.Module):
                 if hooked is not weights:  # a hook replaced the weights: the heads read the new ones
                     weights = hooked
                     heads = F.dropout(weights, p=dropout) @ v  # (B, H, T_q, T_k) @ (B, H, T_k, D_h)
-        elif q.device.type == "cpu" and k.size(2) in self.explicit_keys:
+        elif q.device.type == "cpu" and (q.dtype == torch.bfloat16 or k.size(2) in self.explicit_keys):
+            # (bf16, as under train.precision's autocast: the fused kernel was 1.5-6x slower at
+            # every length measured, 12 to 96 keys; the shape rule is float32's)
             heads, weights = attention(q, k, v, attn_mask=attn_bias, dropout_p=dropout, is_causal=is_causal)
         else:
             # Same math and same arguments, fused: never materialises the (T_q, T_k) weights.
