@@ -17,8 +17,8 @@ same meaning, and also returns the attention weights. `MultiHeadAttention` calls
 `attention` when the weights are asked for (`return_attention`, or a probe that wants its
 pattern: see hooks.py). Otherwise it takes whichever of the two trained faster where we
 measured it: on a CPU, `attention` for 1 to 48 keys except 16 (16 too with heads 32 or
-more wide: see `explicit_keys`), causal, padded or neither; the fused kernel for other
-lengths, and always on a GPU.
+more wide: see `explicit_keys`), causal, padded or neither, and at every length in bf16;
+the fused kernel for other lengths, and always on a GPU.
 """
 
 from __future__ import annotations
