@@ -124,10 +124,10 @@ def pad_short_rows(x: torch.Tensor) -> torch.Tensor:
 # The shape rule, from whole training steps of a 2-layer causal LM on a 2-core CPU, each
 # path forced (`python scripts/bench.py --paths`; README "Performance"). Head width 16:
 # with 20 to 48 keys the explicit path took 0.78-0.98x the kernel's time (five runs; once
-# 1.04x). At exactly 16 keys the kernel wins (1.07-1.10x in four
-# runs, causal and padded). Below 16 the explicit path gained once its softmax was padded
-# to 16 keys (softmax_over_keys): 0.90x and 0.95x at 8 and 10 keys, 1.05x and 1.03x at 12
-# and 13 (causal), 0.91-0.94x from 8 to 13 under a padding bias. On the shipped configs'
+# 1.04x). At exactly 16 keys the kernel wins (1.07-1.10x in four runs, causal and padded).
+# Below 16 the explicit path gained once its softmax was padded to 16 keys
+# (softmax_over_keys): 0.90x and 0.95x at 8 and 10 keys, 1.05x and 1.03x at 12 and 13
+# (causal), 0.91-0.94x from 8 to 13 under a padding bias. On the shipped configs'
 # own steps (batch 64; 8 to 13 keys where they changed path), this rule and the padding
 # took 0.90-1.03x the time of the rule before (17-48 keys; median 0.97x over 30 configs).
 # Under 8 keys nothing was timed at head width 16. Head width 32: 0.72-1.01x from 8 to 48
