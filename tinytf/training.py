@@ -543,7 +543,7 @@ class _ThroughputWindow:
 def step_precision(device: torch.device, requested: str) -> str:
     """What train.precision means on `device`: "bf16" or "fp32" (see config.TrainConfig)."""
     if requested == "auto":
-        native = {"cuda": gpu_multiplies_bf16, "cpu": cpu_multiplies_bf16}.get(device.type, lambda: False)()
+        native = (device.type == "cuda" and gpu_multiplies_bf16()) or (device.type == "cpu" and cpu_multiplies_bf16())
         return "bf16" if native else "fp32"
     if requested == "bf16" and device.type not in ("cpu", "cuda"):
         raise UserError(f"train.precision=bf16 runs on cpu or cuda, not {device.type}; use auto or fp32")
