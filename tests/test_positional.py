@@ -48,6 +48,28 @@ def test_rope_preserves_vector_norms_and_leaves_position_zero_alone():
     torch.testing.assert_close(rotated[:, :, 0], t[:, :, 0])
 
 
+def test_rope_rotates_each_pair_i_and_i_plus_half_by_position_times_theta_i():
+    head_dim, half = 8, 4
+    rope = RotaryPositions(max_len=16, d_model=16, head_dim=head_dim)
+    t = torch.randn(2, 3, 10, head_dim, dtype=torch.float64)
+    expected = torch.empty_like(t)
+    for pos in range(10):
+        for i in range(half):
+            angle = pos * 10000.0 ** (-i / half)
+            x, y = t[..., pos, i], t[..., pos, i + half]
+            expected[..., pos, i] = x * math.cos(angle) - y * math.sin(angle)
+            expected[..., pos, i + half] = y * math.cos(angle) + x * math.sin(angle)
+    torch.testing.assert_close(rope.rotate(t.float()), expected.float(), atol=1e-6, rtol=1e-5)
+
+
+def test_rope_keeps_bf16_inputs_in_bf16():
+    rope = RotaryPositions(max_len=16, d_model=16, head_dim=8)
+    t = torch.randn(2, 3, 10, 8)
+    rotated = rope.rotate(t.bfloat16())
+    assert rotated.dtype == torch.bfloat16
+    torch.testing.assert_close(rotated.float(), rope.rotate(t), atol=0.05, rtol=0.02)
+
+
 def test_rope_start_offset_matches_slicing():
     rope = RotaryPositions(max_len=16, d_model=8, head_dim=8)
     t = torch.randn(1, 2, 10, 8)

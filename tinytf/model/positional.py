@@ -87,19 +87,29 @@ class RotaryPositions(nn.Module):
         half = head_dim // 2
         theta = 10000.0 ** (-torch.arange(half, dtype=torch.float64) / half)  # (D_h/2,)
         angle = torch.arange(max_len, dtype=torch.float64).unsqueeze(1) * theta  # (max_len, D_h/2)
-        self.register_buffer("cos", angle.cos().float(), persistent=False)
-        self.register_buffer("sin", angle.sin().float(), persistent=False)
+        # One row per position over the whole head width (see rotate): cos for both
+        # halves, and sin with the first half's negated.
+        cos, sin = angle.cos(), angle.sin()
+        self.register_buffer("cos", torch.cat((cos, cos), dim=-1).float(), persistent=False)  # (max_len, D_h)
+        self.register_buffer("signed_sin", torch.cat((-sin, sin), dim=-1).float(), persistent=False)  # (max_len, D_h)
 
     def forward(self, x: torch.Tensor, start: int = 0) -> torch.Tensor:
         return x  # the embeddings are untouched; see rotate()
 
     def rotate(self, t: torch.Tensor, start: int = 0) -> torch.Tensor:
-        """Rotate queries or keys t (B, H, T, D_h) by their positions start..start+T-1."""
+        """Rotate queries or keys t (B, H, T, D_h) by their positions start..start+T-1.
+
+        Pair i, (x_i, x_{i+D_h/2}), turns by the angle a = pos * theta_i:
+            x_i         -> x_i cos a - x_{i+D_h/2} sin a
+            x_{i+D_h/2} -> x_{i+D_h/2} cos a + x_i sin a
+        Over the whole vector that is x * cos + swap_halves(x) * signed_sin: three
+        operations on t, not six on its halves. The tables take t's dtype (bf16 under
+        train.precision's autocast), so the result stays in it."""
         length, half = t.size(-2), t.size(-1) // 2
-        cos = self.cos[start : start + length]  # (T, D_h/2)
-        sin = self.sin[start : start + length]  # (T, D_h/2)
-        first, second = t[..., :half], t[..., half:]  # each (B, H, T, D_h/2)
-        return torch.cat((first * cos - second * sin, first * sin + second * cos), dim=-1)  # (B, H, T, D_h)
+        cos = self.cos[start : start + length].to(t.dtype)  # (T, D_h)
+        signed_sin = self.signed_sin[start : start + length].to(t.dtype)  # (T, D_h)
+        swapped = t.roll(half, dims=-1)  # (B, H, T, D_h): each vector's halves swapped
+        return torch.addcmul(t * cos, swapped, signed_sin)  # (B, H, T, D_h): t cos + swapped signed_sin
 
 
 POSITIONAL_ENCODINGS: dict[str, type[nn.Module]] = {
