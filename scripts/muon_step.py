@@ -29,7 +29,7 @@ def torch_muon_trainer(path: Path) -> Trainer:
     the same algorithm (the same momentum, iteration and update size, adjust_lr_fn
     "match_rms_adamw"), computed one matrix at a time in bfloat16."""
     ours = tinytf.optim.Muon
-    tinytf.optim.Muon = lambda params, lr, weight_decay: torch.optim.Muon(
+    tinytf.optim.Muon = lambda params, lr, weight_decay, dtype: torch.optim.Muon(
         params, lr=lr, weight_decay=weight_decay, adjust_lr_fn="match_rms_adamw"
     )
     try:

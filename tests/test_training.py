@@ -246,14 +246,16 @@ def test_precision_auto_is_bf16_where_the_hardware_multiplies_bf16(monkeypatch):
 
 @pytest.mark.parametrize("precision", ["bf16", "fp32"])
 def test_the_step_multiplies_in_its_precision_and_keeps_float32_weights(precision, tmp_path):
-    config = tiny_config(train={"precision": precision, "steps": 4})
+    config = tiny_config(train={"precision": precision, "steps": 4, "optimizer": "muon"})
     result = train(config, runs_dir=tmp_path)
     assert all(math.isfinite(r["loss"]) for r in read_metrics(result.run_dir))
     weights = final_weights(result.run_dir)
     assert {tensor.dtype for tensor in weights.values()} == {torch.float32}
     trainer = _assemble(config, None, (), OneProcess())
     logits, _, _ = trainer._train_step(trainer.model, trainer.window)
-    assert logits.dtype == (torch.bfloat16 if precision == "bf16" else torch.float32)
+    step_dtype = torch.bfloat16 if precision == "bf16" else torch.float32
+    assert logits.dtype == step_dtype
+    assert trainer.optimizer.parts[0].dtype == step_dtype  # Muon orthogonalises in the step's dtype
 
 
 @pytest.mark.slow  # needs a C++ compiler, and compiling takes long

@@ -14,12 +14,15 @@ muon: Muon (Jordan et al., 2024) on the hidden matrices -- the attention project
     is scaled to AdamW's update size (Liu et al., 2025, "Muon is Scalable for LLM
     Training"), so both parts share `train.lr` and its schedule.
     tinytf's `Muon` is `torch.optim.Muon`'s algorithm (the same iteration, momentum and
-    scaling) computed for small models: the matrices of one shape are orthogonalised
-    together, as one batch of matrix products, in float32. torch.optim.Muon takes them one
-    at a time in bfloat16, which on a CPU is slower than float32 at these sizes. Side by
-    side on the fourteen shipped configs that use Muon, a step with torch.optim.Muon cost
-    1.19x-1.59x one with AdamW, with this one 1.06x-1.26x (scripts/muon_step.py; README,
-    Shipped configs).
+    scaling) computed for small models: the matrices are orthogonalised together, as
+    batches of matrix products. torch.optim.Muon takes them one at a time in bfloat16.
+    Here the dtype follows `train.precision`: bfloat16 when the training step runs in it,
+    every matrix in one batch (zero-padded to the largest; small bf16 products have a
+    fixed cost of about 20 us on a CPU, which one batch pays once); float32 otherwise, one
+    batch per shape (a CPU without bf16 instructions is slower in bf16 at these sizes).
+    Side by side on the fourteen shipped configs that use Muon, in float32, a step with
+    torch.optim.Muon cost 1.19x-1.59x one with AdamW, with this one 1.06x-1.26x
+    (scripts/muon_step.py; README, Shipped configs).
 
 `make_optimizer` returns one `torch.optim.Optimizer` either way: the learning-rate
 schedule, the training loop and the checkpoints see one set of parameter groups and one
@@ -41,8 +44,11 @@ from tinytf.config import TrainConfig
 TOKEN_MATRICES = ("token_embedding", "lm_head")
 
 
-def make_optimizer(model: nn.Module, settings: TrainConfig, device: torch.device) -> torch.optim.Optimizer:
-    """The optimizer `settings.optimizer` names, for `model`'s parameters."""
+def make_optimizer(
+    model: nn.Module, settings: TrainConfig, device: torch.device, dtype: torch.dtype = torch.float32
+) -> torch.optim.Optimizer:
+    """The optimizer `settings.optimizer` names, for `model`'s parameters; `dtype` is the
+    training step's (torch.bfloat16 under bf16 autocast), in which Muon orthogonalises."""
     hidden, decay, no_decay = [], [], []
     for name, parameter in model.named_parameters():
         if parameter.dim() < 2 or "positions" in name:
@@ -56,7 +62,7 @@ def make_optimizer(model: nn.Module, settings: TrainConfig, device: torch.device
     adamw = torch.optim.AdamW(groups, lr=settings.lr, betas=settings.betas, fused=device.type in ("cpu", "cuda"))
     if settings.optimizer == "adamw":
         return adamw
-    muon = Muon(hidden, lr=settings.lr, weight_decay=settings.weight_decay)
+    muon = Muon(hidden, lr=settings.lr, weight_decay=settings.weight_decay, dtype=dtype)
     return CombinedOptimizer(muon, adamw)
 
 
@@ -91,14 +97,15 @@ class Muon(torch.optim.Optimizer):
         W <- (1 - lr weight_decay) W - lr 0.2 sqrt(max(m, n)) O
     An orthogonalised m x n matrix has an RMS of 1 / sqrt(max(m, n)): the factor makes it
     0.2, about AdamW's, so Muon can share AdamW's learning rate (Liu et al., 2025). This is
-    torch.optim.Muon with adjust_lr_fn="match_rms_adamw", but the weights of one shape are
-    orthogonalised as one batch, in float32: see the module docstring."""
+    torch.optim.Muon with adjust_lr_fn="match_rms_adamw", but the weights are orthogonalised
+    in batches, in `dtype`: see the module docstring."""
 
     def __init__(self, params: Iterable[torch.nn.Parameter], lr: float, weight_decay: float, momentum: float = 0.95,
-                 ns_steps: int = 5) -> None:  # fmt: skip
+                 ns_steps: int = 5, dtype: torch.dtype = torch.float32) -> None:  # fmt: skip
         super().__init__(params, {"lr": lr, "weight_decay": weight_decay, "momentum": momentum, "ns_steps": ns_steps})
         if any(p.dim() != 2 for group in self.param_groups for p in group["params"]):
             raise ValueError("Muon steps matrices only")
+        self.dtype = dtype  # of the orthogonalisation (not a hyperparameter: checkpoints leave it out)
 
     @torch.no_grad()
     def step(self, closure: None = None) -> None:
@@ -121,19 +128,43 @@ class Muon(torch.optim.Optimizer):
             directions = torch._foreach_lerp(grads, buffers, momentum)  # (1 - momentum) G + momentum B
             torch._foreach_mul_(weights, 1 - group["lr"] * group["weight_decay"])
 
-            # A tall matrix goes in transposed (m <= n keeps the Gram matrix the small one);
-            # the matrices of one shape, e.g. every layer's W_O, go in as one batch.
+            # A tall matrix goes in transposed (m <= n keeps the Gram matrix the small one).
             wide = [d if d.size(0) <= d.size(1) else d.mT for d in directions]  # each (m, n), m <= n
-            by_shape: dict[tuple[int, int], list[int]] = {}
-            for i, direction in enumerate(wide):
-                by_shape.setdefault(tuple(direction.shape), []).append(i)
-            for (m, n), indices in by_shape.items():
-                batch = torch.stack([wide[i] for i in indices]).float()  # (G, m, n), float32 whatever the weights'
+            for indices in self._batches(wide):
+                batch = stack_padded([wide[i] for i in indices], self.dtype)  # (G, m, n), the largest m and n
                 orthogonal = orthogonalise(batch, group["ns_steps"])  # (G, m, n)
-                # back to each weight's own shape: (n, m) for a tall one
-                updates = [(o if weights[i].size(0) == m else o.mT).to(weights[i].dtype)
-                           for i, o in zip(indices, orthogonal, strict=True)]  # fmt: skip
-                torch._foreach_add_([weights[i] for i in indices], updates, alpha=-group["lr"] * 0.2 * math.sqrt(n))
+                # Each matrix's own rows and columns (the padding stays zero; see stack_padded),
+                # back to its weight's shape, (n, m) for a tall one, and dtype.
+                updates = [o[: wide[i].size(0), : wide[i].size(1)] for i, o in zip(indices, orthogonal, strict=True)]
+                updates = [(u if weights[i].size(0) == u.size(0) else u.mT).to(weights[i].dtype)
+                           for i, u in zip(indices, updates, strict=True)]  # fmt: skip
+                # W <- W - lr 0.2 sqrt(max(m, n)) O, sqrt(max(m, n)) being each weight's own
+                torch._foreach_mul_(updates, [-group["lr"] * 0.2 * math.sqrt(max(weights[i].shape)) for i in indices])
+                torch._foreach_add_([weights[i] for i in indices], updates)
+
+    def _batches(self, wide: list[torch.Tensor]) -> list[list[int]]:
+        """Which matrices are orthogonalised together: in bfloat16 all of them, in one batch;
+        in float32 those of one shape, e.g. every layer's W_O (padding would add work there)."""
+        if self.dtype == torch.bfloat16:
+            return [list(range(len(wide)))]
+        by_shape: dict[tuple[int, int], list[int]] = {}
+        for i, matrix in enumerate(wide):
+            by_shape.setdefault(tuple(matrix.shape), []).append(i)
+        return list(by_shape.values())
+
+
+def stack_padded(matrices: list[torch.Tensor], dtype: torch.dtype) -> torch.Tensor:
+    """(G, m, n): the matrices, each (m_i, n_i) with m_i <= n_i, in `dtype`, zero-padded to
+    the largest m and n. orthogonalise leaves the padding zero and each matrix's own block
+    what it would be alone: a zero column of X stays one in X X^T's products with X, and
+    a zero row adds a zero row and column to X X^T, which multiplies nothing else."""
+    if all(matrix.shape == matrices[0].shape for matrix in matrices):
+        return torch.stack(matrices).to(dtype)  # (G, m, n)
+    rows, columns = max(m.size(0) for m in matrices), max(m.size(1) for m in matrices)
+    batch = matrices[0].new_zeros(len(matrices), rows, columns, dtype=dtype)  # (G, m, n)
+    for slot, matrix in zip(batch, matrices, strict=True):
+        slot[: matrix.size(0), : matrix.size(1)] = matrix
+    return batch
 
 
 class CombinedOptimizer(torch.optim.Optimizer):

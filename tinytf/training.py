@@ -225,7 +225,8 @@ class Trainer:
         self.settings, self.log, self.loggers = settings, log, list(loggers)
         self.device, self.run_dir = torch.device(device), run_dir
         self.precision = step_precision(self.device, settings.precision)  # "bf16" or "fp32"
-        self.optimizer = make_optimizer(model, settings, self.device)
+        step_dtype = torch.bfloat16 if self.precision == "bf16" else torch.float32
+        self.optimizer = make_optimizer(model, settings, self.device, step_dtype)
         decay_steps = settings.decay_steps or settings.steps
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lambda step: learning_rate_factor(step, settings.warmup_steps, decay_steps)
