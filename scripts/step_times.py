@@ -4,6 +4,7 @@
     python scripts/step_times.py configs/sort-decoder.yaml --variant "model.n_heads=2 model.d_ff=128"
     python scripts/step_times.py configs/copy-encoder.yaml --json steps.json
     python scripts/step_times.py configs/rasp/sort.yaml --threads 1 --fused-kernel
+    python scripts/step_times.py configs/most-freq-encoder.yaml --evaluation
 
 Each variant is the config with its `KEY=VALUE` overrides (space-separated; no variant: the
 config as it is). Every variant builds its own trainer, as `tinytf train` would, and trains
@@ -20,7 +21,12 @@ on a CPU with bf16 instructions).
 A step is what the training loop does per step: draw and frame a batch, forward, loss,
 backward, clip, the optimizer's step; no evaluation, logging or checkpoints. This is how the README
 compares feed-forward widths of the shipped configs (a step's cost, not how many steps a
-config needs: `scripts/train_configs.py` measures that).
+config needs: `scripts/train_configs.py` measures that). `--evaluation` also times one
+evaluation of the held-out set (median of five), in ms and in steps: what each
+`train.eval_every` costs. A run that reaches its target after about N steps, evaluating
+every k, spends N/k evaluations and, on average, k/2 steps between reaching the target and
+the evaluation that sees it; with an evaluation worth E steps that is least at k = sqrt(2 N E)
+(README, Shipped configs).
 
 Scope: the CPU (train.device=cpu, whatever the config says) and the eager model
 (train.compile is not applied), like scripts/bench.py, at the config's train.precision
@@ -34,6 +40,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
+import time
 from pathlib import Path
 
 import torch
@@ -42,6 +50,7 @@ from contenders import on_one_path
 
 from tinytf.distributed import OneProcess
 from tinytf.errors import UserError
+from tinytf.evaluate import evaluate
 from tinytf.experiment import load_config
 from tinytf.training import Trainer, _assemble
 
@@ -53,6 +62,7 @@ def main() -> None:
     parser.add_argument("config", type=Path)
     parser.add_argument("--variant", action="append", default=None, help="overrides, e.g. 'model.d_ff=128 seed=1'")
     parser.add_argument("--fused-kernel", action="store_true", help="also each variant on the fused kernel alone")
+    parser.add_argument("--evaluation", action="store_true", help="also time an evaluation of the held-out set")
     add_timing_arguments(parser, "variant", rounds=15)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -73,11 +83,18 @@ def main() -> None:
     first = seconds[variants[0]]
     rows = [{"config": args.config.name, "variant": variant, "parameters": parameters(trainers[variant]),
              "step_ms": 1e3 * seconds[variant], "ratio": seconds[variant] / first} for variant in variants]  # fmt: skip
+    if args.evaluation:
+        for row in rows:
+            row["evaluation_ms"] = 1e3 * evaluation_seconds(trainers[row["variant"]])
+            row["evaluation_steps"] = row["evaluation_ms"] / row["step_ms"]
     print(f"{args.config.name}, {args.threads} threads, median of {args.rounds} rounds of {args.repeat} steps:")
     for row in rows:
+        evaluation = ""
+        if args.evaluation:
+            evaluation = f"  evaluation {row['evaluation_ms']:6.1f} ms = {row['evaluation_steps']:.1f} steps"
         print(
             f"  {row['variant'] or '(as it is)':40s} {row['parameters']:>9,} parameters "
-            f"{row['step_ms']:7.2f} ms  {row['ratio']:.2f}x"
+            f"{row['step_ms']:7.2f} ms  {row['ratio']:.2f}x{evaluation}"
         )
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))
@@ -100,6 +117,17 @@ def time_steps(trainers: dict[str, Trainer], args: argparse.Namespace) -> dict[s
         train_steps(trainer, args.warmup)
     steps = {name: lambda t=trainer: train_steps(t, 1) for name, trainer in trainers.items()}
     return round_robin(steps, args.rounds, args.repeat)
+
+
+def evaluation_seconds(trainer: Trainer, repeats: int = 5) -> float:
+    """The median seconds of `repeats` evaluations of the held-out set, as the training
+    loop scores it every train.eval_every steps."""
+    seconds = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        evaluate(trainer.model, trainer.framing, trainer.data.held_out)
+        seconds.append(time.perf_counter() - start)
+    return statistics.median(seconds)
 
 
 def trainer_for(path: Path, overrides: list[str]) -> Trainer:

@@ -240,6 +240,15 @@ def test_step_times_times_each_variant_against_the_first(tmp_path):
     assert rows[1]["parameters"] < rows[0]["parameters"]  # the overrides made the model smaller
 
 
+def test_step_times_can_time_an_evaluation_in_steps(tmp_path):
+    out = tmp_path / "steps.json"
+    run_script("scripts/step_times.py", "configs/copy-encoder.yaml", "--evaluation", "--threads", "1", "--warmup",
+               "1", "--rounds", "2", "--repeat", "1", "--json", str(out))  # fmt: skip
+    (row,) = json.loads(out.read_text())
+    assert row["evaluation_ms"] > 0
+    assert row["evaluation_steps"] == pytest.approx(row["evaluation_ms"] / row["step_ms"])
+
+
 def test_step_times_can_time_each_variant_on_the_fused_kernel_too(tmp_path):
     trainer = step_times.on_the_fused_kernel(step_times.trainer_for(ROOT / "configs/rasp/sort.yaml", []))
     attentions = [m for m in trainer.model.modules() if isinstance(m, MultiHeadAttention)]
