@@ -21,9 +21,9 @@ on a CPU with bf16 instructions).
 A step is what the training loop does per step: draw and frame a batch, forward, loss,
 backward, clip, the optimizer's step; no evaluation, logging or checkpoints. This is how the README
 compares feed-forward widths of the shipped configs (a step's cost, not how many steps a
-config needs: `scripts/train_configs.py` measures that). `--evaluation` also times one
-evaluation of the held-out set (median of five), in ms and in steps: what each
-`train.eval_every` costs. A run that reaches its target after about N steps, evaluating
+config needs: `scripts/train_configs.py` measures that). `--evaluation` also times what
+the loop does at each `train.eval_every` (median of five: scoring the held-out set, the
+logs, checkpoints/best.pt), in ms and in steps. A run that reaches its target after about N steps, evaluating
 every k, spends N/k evaluations and, on average, k/2 steps between reaching the target and
 the evaluation that sees it; with an evaluation worth E steps that is least at k = sqrt(2 N E)
 (README, Shipped configs).
@@ -39,8 +39,10 @@ the step that `tinytf train` runs, so it reaches inside on purpose.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
+import tempfile
 import time
 from pathlib import Path
 
@@ -48,11 +50,11 @@ import torch
 from bench import round_robin
 from contenders import on_one_path
 
+from tinytf.config import Config
 from tinytf.distributed import OneProcess
 from tinytf.errors import UserError
-from tinytf.evaluate import evaluate
 from tinytf.experiment import load_config
-from tinytf.training import Trainer, _assemble
+from tinytf.training import Trainer, _assemble, _prepare_run_dir
 
 FUSED_KERNEL = "[fused kernel]"  # the name suffix of --fused-kernel's variants
 
@@ -85,7 +87,8 @@ def main() -> None:
              "step_ms": 1e3 * seconds[variant], "ratio": seconds[variant] / first} for variant in variants]  # fmt: skip
     if args.evaluation:
         for row in rows:
-            row["evaluation_ms"] = 1e3 * evaluation_seconds(trainers[row["variant"]])
+            config = config_for(args.config, row["variant"].removesuffix(FUSED_KERNEL).split())
+            row["evaluation_ms"] = 1e3 * evaluation_seconds(trainers[row["variant"]], config)
             row["evaluation_steps"] = row["evaluation_ms"] / row["step_ms"]
     print(f"{args.config.name}, {args.threads} threads, median of {args.rounds} rounds of {args.repeat} steps:")
     for row in rows:
@@ -119,22 +122,36 @@ def time_steps(trainers: dict[str, Trainer], args: argparse.Namespace) -> dict[s
     return round_robin(steps, args.rounds, args.repeat)
 
 
-def evaluation_seconds(trainer: Trainer, repeats: int = 5) -> float:
-    """The median seconds of `repeats` evaluations of the held-out set, as the training
-    loop scores it every train.eval_every steps."""
+def evaluation_seconds(trainer: Trainer, config: Config, repeats: int = 5) -> float:
+    """The median seconds of `repeats` of what the training loop does every
+    train.eval_every steps (`Trainer._validate`), in a temporary run folder as `tinytf
+    train` writes it: score the held-out set, answer a few held-out inputs for the logs,
+    write the metrics file and TensorBoard, and save checkpoints/best.pt (each time, as
+    while the score still improves)."""
     seconds = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        evaluate(trainer.model, trainer.framing, trainer.data.held_out)
-        seconds.append(time.perf_counter() - start)
+    with tempfile.TemporaryDirectory() as runs, contextlib.ExitStack() as lock:
+        trainer.run_dir = _prepare_run_dir(trainer, config, None, runs, "evaluation", lock)
+        for logger in trainer.loggers:
+            logger.start(trainer.run_dir, trainer.step)
+        for _ in range(repeats):
+            trainer.best_score = None  # so that this evaluation improves on it, and saves
+            start = time.perf_counter()
+            trainer._validate(tokens_per_s=0.0)
+            seconds.append(time.perf_counter() - start)
+        for logger in trainer.loggers:
+            logger.finish(trainer.step, {})
     return statistics.median(seconds)
+
+
+def config_for(path: Path, overrides: list[str]) -> Config:
+    """The config at `path` with `overrides`, on the CPU and eager (see Scope above)."""
+    return load_config(path, [*overrides, "train.device=cpu", "train.compile=false"])
 
 
 def trainer_for(path: Path, overrides: list[str]) -> Trainer:
     """The trainer `tinytf train` would build for the config at `path` with `overrides`,
     without a run folder (nothing is written)."""
-    config = load_config(path, [*overrides, "train.device=cpu", "train.compile=false"])
-    return _assemble(config, None, (), OneProcess())
+    return _assemble(config_for(path, overrides), None, (), OneProcess())
 
 
 def on_the_fused_kernel(trainer: Trainer) -> Trainer:

@@ -84,14 +84,25 @@ def test_muon_steps_as_torch_optim_muon_does():
         assert (moved - expected).norm() < 0.03 * expected.norm(), tuple(mine.shape)
 
 
-def test_muon_in_bf16_steps_as_in_float32_to_bf16s_precision():
+def test_muon_in_bf16_steps_as_in_float32_to_bf16s_precision(monkeypatch):
     """dtype=torch.bfloat16 (the step's dtype under train.precision bf16) orthogonalises
-    every matrix in one padded batch, in bfloat16: the steps agree with float32's to about
-    1%, as torch.optim.Muon's bfloat16 steps do (above)."""
+    every matrix in one padded batch, in bfloat16; float32 one batch per shape. The steps
+    agree to about 1%, as torch.optim.Muon's bfloat16 steps do (above)."""
+    batches = []
+
+    def orthogonalise_seen(matrices, steps):
+        batches.append((matrices.dtype, tuple(matrices.shape)))
+        return orthogonalise(matrices, steps)
+
+    monkeypatch.setattr("tinytf.optim.orthogonalise", orthogonalise_seen)
     shapes = [(16, 48), (48, 16), (16, 16), (16, 48), (32, 16), (8, 24)]
     in_bf16, in_fp32, initial = random_matrices(shapes), random_matrices(shapes), random_matrices(shapes)
     step_three_times(Muon(in_bf16, lr=1e-2, weight_decay=0.1, dtype=torch.bfloat16), in_bf16)
+    assert batches == [(torch.bfloat16, (6, 16, 48))] * 3
+    batches.clear()
     step_three_times(Muon(in_fp32, lr=1e-2, weight_decay=0.1), in_fp32)
+    by_shape = [(3, 16, 48), (1, 16, 16), (1, 16, 32), (1, 8, 24)]
+    assert batches == [(torch.float32, shape) for shape in by_shape] * 3
     for mine, reference, start in zip(in_bf16, in_fp32, initial, strict=True):
         assert mine.dtype == torch.float32
         moved, expected = mine.detach() - start, reference.detach() - start

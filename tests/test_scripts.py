@@ -219,10 +219,10 @@ def test_bench_inference_measures_predict_and_eval(tmp_path):
 
 def test_muon_step_times_three_optimizers_of_one_config(tmp_path):
     out = tmp_path / "muon.json"
-    run_script("scripts/muon_step.py", "configs/copy-encoder.yaml", "--threads", "1", "--warmup", "1", "--rounds", "3",
-               "--repeat", "2", "--json", str(out))  # fmt: skip
+    run_script("scripts/muon_step.py", "configs/copy-encoder.yaml", "--precision", "fp32", "--threads", "1", "--warmup",
+               "1", "--rounds", "3", "--repeat", "2", "--json", str(out))  # fmt: skip
     (row,) = json.loads(out.read_text())
-    assert row["config"] == "copy-encoder.yaml"
+    assert row["config"] == "copy-encoder.yaml" and row["precision"] == "fp32"
     assert all(row[f"{name} ms"] > 0 for name in ("adamw", "tinytf muon", "torch muon"))
     assert row["torch muon ratio"] == pytest.approx(row["torch muon ms"] / row["adamw ms"])
     assert row["tinytf muon class"] == "tinytf.optim.Muon" and row["torch muon class"].startswith("torch.optim.")
@@ -247,6 +247,29 @@ def test_step_times_can_time_an_evaluation_in_steps(tmp_path):
     (row,) = json.loads(out.read_text())
     assert row["evaluation_ms"] > 0
     assert row["evaluation_steps"] == pytest.approx(row["evaluation_ms"] / row["step_ms"])
+
+
+def test_table_side_by_side_trains_each_config_in_both_trees(tmp_path):
+    """Against HEAD, the committed code, with one quick config: a row per tree and the ratio."""
+    out = tmp_path / "side.json"
+    run_script("scripts/table_side_by_side.py", "--against", "HEAD", "copy-encoder.yaml", "--threads", "1",
+               "--json", str(out))  # fmt: skip
+    result = json.loads(out.read_text())
+    (row,) = result["rows"]
+    assert row["config"] == "copy-encoder.yaml"
+    for tree in ("other", "this"):
+        assert row[tree]["steps"] > 0 and row[tree]["seconds_to_target"] > 0, row
+        assert result["totals"][tree] == row[tree]["seconds_to_target"]
+    assert result["ratio"] == pytest.approx(result["totals"]["this"] / result["totals"]["other"])
+
+
+def test_table_side_by_side_refuses_an_unknown_commit_or_config():
+    cases = [(["--against", "no-such-commit"], "cannot export 'no-such-commit'"),
+             (["--against", "HEAD", "nope.yaml"], "no such config in either tree: nope.yaml")]  # fmt: skip
+    for args, message in cases:
+        done = subprocess.run([sys.executable, "scripts/table_side_by_side.py", *args], cwd=ROOT, env=SUBPROCESS_ENV,
+                              capture_output=True, text=True, check=False)  # fmt: skip
+        assert done.returncode == 2 and message in done.stderr, done.stderr
 
 
 def test_step_times_can_time_each_variant_on_the_fused_kernel_too(tmp_path):

@@ -244,6 +244,24 @@ def test_precision_auto_is_bf16_where_the_hardware_multiplies_bf16(monkeypatch):
         step_precision(mps, "bf16")
 
 
+class AnotherProcessSaysYes(OneProcess):
+    """A job in which some other process answers True to every `any` question."""
+
+    def any(self, flag: bool) -> bool:
+        return True
+
+
+def test_a_job_takes_bf16_only_if_every_process_chose_it(monkeypatch):
+    """auto on a machine that multiplies bf16: bf16 alone, float32 (the step and Muon's
+    orthogonalisation) when another process of the job chose float32."""
+    monkeypatch.setattr(training, "cpu_multiplies_bf16", lambda: True)
+    config = tiny_config(train={"precision": "auto", "optimizer": "muon"})
+    alone = _assemble(config, None, (), OneProcess())
+    assert alone.precision == "bf16" and alone.optimizer.parts[0].dtype == torch.bfloat16
+    in_a_job = _assemble(config, None, (), AnotherProcessSaysYes())
+    assert in_a_job.precision == "fp32" and in_a_job.optimizer.parts[0].dtype == torch.float32
+
+
 @pytest.mark.parametrize("precision", ["bf16", "fp32"])
 def test_the_step_multiplies_in_its_precision_and_keeps_float32_weights(precision, tmp_path):
     config = tiny_config(train={"precision": precision, "steps": 4, "optimizer": "muon"})

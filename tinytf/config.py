@@ -186,11 +186,12 @@ class TrainConfig(Section):
     device: Literal["auto", "cpu", "cuda", "mps"] = "auto"
     # The training step's forward pass under torch.autocast(bfloat16): the matrix products
     # in bf16, and what is computed from them (activations; on a CPU also the attention
-    # softmax) stays bf16. The weights, the optimizer, the loss and every evaluation stay
-    # float32. auto: bf16 where the hardware multiplies bf16 (CUDA GPUs from Ampere on;
-    # CPUs with AVX512-BF16 or AMX), float32 elsewhere; each process of a torchrun job, and
-    # a resumed run, decides again on its machine. fp32: never. bf16: on any CPU or CUDA
-    # device (slower than float32 where the hardware lacks it).
+    # softmax) stays bf16, and so does Muon's orthogonalisation. The weights, the optimizer's
+    # state and update, the loss and every evaluation stay float32. auto: bf16 where the
+    # hardware multiplies bf16 (CUDA GPUs from Ampere on; CPUs with AVX512-BF16 or AMX),
+    # float32 elsewhere; a torchrun job takes bf16 only if every process's machine has it,
+    # and a resumed run decides again. fp32: never. bf16: on any CPU or CUDA device (slower
+    # than float32 where the hardware lacks it).
     precision: Literal["auto", "fp32", "bf16"] = "auto"
     # Stop early once validation sequence accuracy reaches this fraction.
     stop_at_accuracy: Annotated[float, Field(gt=0.0, le=1.0)] | None = None

@@ -15,14 +15,14 @@ muon: Muon (Jordan et al., 2024) on the hidden matrices -- the attention project
     Training"), so both parts share `train.lr` and its schedule.
     tinytf's `Muon` is `torch.optim.Muon`'s algorithm (the same iteration, momentum and
     scaling) computed for small models: the matrices are orthogonalised together, as
-    batches of matrix products. torch.optim.Muon takes them one at a time in bfloat16.
-    Here the dtype follows `train.precision`: bfloat16 when the training step runs in it,
-    every matrix in one batch (zero-padded to the largest; small bf16 products have a
-    fixed cost of about 20 us on a CPU, which one batch pays once); float32 otherwise, one
-    batch per shape (a CPU without bf16 instructions is slower in bf16 at these sizes).
-    Side by side on the fourteen shipped configs that use Muon, in float32, a step with
-    torch.optim.Muon cost 1.19x-1.59x one with AdamW, with this one 1.06x-1.26x
-    (scripts/muon_step.py; README, Shipped configs).
+    batches of matrix products. torch.optim.Muon takes them one at a time in bfloat16, and
+    on a CPU each small bf16 product has a fixed cost of about 20 us. Here the dtype
+    follows `train.precision`: bfloat16 when the training step runs in it, every matrix in
+    one batch (zero-padded to the largest), which pays that cost once; float32 otherwise
+    (where bf16 is slow or converted), one batch per shape. Side by side on the fourteen
+    shipped configs that use Muon, all in float32, a step with torch.optim.Muon cost
+    1.19x-1.59x one with AdamW, with this one 1.06x-1.26x (scripts/muon_step.py
+    --precision fp32; README, Shipped configs).
 
 `make_optimizer` returns one `torch.optim.Optimizer` either way: the learning-rate
 schedule, the training loop and the checkpoints see one set of parameter groups and one
@@ -155,9 +155,9 @@ class Muon(torch.optim.Optimizer):
 
 def stack_padded(matrices: list[torch.Tensor], dtype: torch.dtype) -> torch.Tensor:
     """(G, m, n): the matrices, each (m_i, n_i) with m_i <= n_i, in `dtype`, zero-padded to
-    the largest m and n. orthogonalise leaves the padding zero and each matrix's own block
-    what it would be alone: a zero column of X stays one in X X^T's products with X, and
-    a zero row adds a zero row and column to X X^T, which multiplies nothing else."""
+    the largest m and n. orthogonalise then leaves the padding zero and each matrix's own
+    block what it would be alone: zero columns add nothing to X X^T (nor to the norm), and
+    zero rows give X X^T zero rows and columns, so every product keeps them zero."""
     if all(matrix.shape == matrices[0].shape for matrix in matrices):
         return torch.stack(matrices).to(dtype)  # (G, m, n)
     rows, columns = max(m.size(0) for m in matrices), max(m.size(1) for m in matrices)

@@ -224,7 +224,10 @@ class Trainer:
         self.model, self.framing, self.data = model, framing, data
         self.settings, self.log, self.loggers = settings, log, list(loggers)
         self.device, self.run_dir = torch.device(device), run_dir
-        self.precision = step_precision(self.device, settings.precision)  # "bf16" or "fp32"
+        # "bf16" or "fp32". A torchrun job agrees: bf16 only if every process's machine chose
+        # it, so that every process steps its weights the same way (Muon orthogonalises in it).
+        precision = step_precision(self.device, settings.precision)
+        self.precision = "fp32" if self.job.any(precision == "fp32") else precision
         step_dtype = torch.bfloat16 if self.precision == "bf16" else torch.float32
         self.optimizer = make_optimizer(model, settings, self.device, step_dtype)
         decay_steps = settings.decay_steps or settings.steps

@@ -99,10 +99,10 @@ class RotaryPositions(nn.Module):
     def rotate(self, t: torch.Tensor, start: int = 0) -> torch.Tensor:
         """Rotate queries or keys t (B, H, T, D_h) by their positions start..start+T-1.
 
-        Pair i, (x_i, x_{i+D_h/2}), turns by the angle a = pos * theta_i:
-            x_i         -> x_i cos a - x_{i+D_h/2} sin a
-            x_{i+D_h/2} -> x_{i+D_h/2} cos a + x_i sin a
-        Over the whole vector that is x * cos + swap_halves(x) * signed_sin: three
+        Pair i of a vector t at position pos, (t_i, t_{i+D_h/2}), turns by a = pos * theta_i:
+            t_i         -> t_i cos a - t_{i+D_h/2} sin a
+            t_{i+D_h/2} -> t_{i+D_h/2} cos a + t_i sin a
+        Over the whole vector that is t * cos + swap_halves(t) * signed_sin: three
         operations on t, not six on its halves. The tables take t's dtype (bf16 under
         train.precision's autocast), so the result stays in it."""
         length, half = t.size(-2), t.size(-1) // 2
