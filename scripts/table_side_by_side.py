@@ -35,6 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 TRAIN_ONE = """
 import json, sys, tempfile, time
 import torch
+import tinytf
 from tinytf.experiment import load_config
 from tinytf.training import train
 
@@ -61,7 +62,7 @@ with tempfile.TemporaryDirectory() as runs:
     result = train(config, runs_dir=runs, name="timed", loggers=[clock])
     seconds = time.perf_counter() - clock.started
 print(json.dumps({"steps": result.step, "seconds_to_target": clock.seconds, "seconds": round(seconds, 1),
-                  "seq_acc": result.best["seq_acc"]}))
+                  "seq_acc": result.best["seq_acc"], "code": tinytf.__file__}))
 """
 
 
@@ -127,7 +128,10 @@ def train_one(tree: Path, name: str, threads: int) -> dict:
                           capture_output=True, text=True, check=False)  # fmt: skip
     if done.returncode:
         sys.exit(f"error: {name} failed in {tree}:\n{done.stderr[-2000:]}")
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    if not Path(result.pop("code")).resolve().is_relative_to(tree.resolve()):  # e.g. an installed tinytf won
+        sys.exit(f"error: {name} ran another tinytf than {tree}'s")
+    return result
 
 
 def cells(result: dict | None) -> str:
