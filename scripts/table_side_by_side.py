@@ -12,11 +12,12 @@ order alternating from one name to the next, so that both see the same machine. 
 training runs in a fresh process (PYTHONPATH at its tree, `--threads` threads) that
 first trains the config for 2 steps, untimed, as train_configs.py warms up.
 
-It prints each row's time to target in both trees and the totals over the configs that
+It prints each row's time to target in both trees (for a config without a target, named
+on the command line, its whole training's time) and the totals over the configs that
 each tree takes to its target (as train_configs.py adds them up), and their ratio. A
 config that one tree lacks is trained in the other alone and is in that tree's total
 only. The other commit is exported with `git archive` into a temporary folder; its code
-must offer the same `load_config` and `train` (true since the run folders of issue 2).
+must offer the same `load_config` and `train` (451c1da's, for one, does).
 """
 
 from __future__ import annotations
@@ -61,7 +62,8 @@ with tempfile.TemporaryDirectory() as runs:
     clock = TargetClock(config.train.stop_at_accuracy)
     result = train(config, runs_dir=runs, name="timed", loggers=[clock])
     seconds = time.perf_counter() - clock.started
-print(json.dumps({"steps": result.step, "seconds_to_target": clock.seconds, "seconds": round(seconds, 1),
+print(json.dumps({"steps": result.step, "target": config.train.stop_at_accuracy, "seconds_to_target": clock.seconds,
+                  "seconds": round(seconds, 1),
                   "seq_acc": result.best["seq_acc"], "code": tinytf.__file__}))
 """
 
@@ -137,6 +139,8 @@ def train_one(tree: Path, name: str, threads: int) -> dict:
 def cells(result: dict | None) -> str:
     if result is None:
         return "- | -"
+    if result["target"] is None:  # a language model: its wall time
+        return f"{result['steps']} | - ({result['seconds']:.1f} s in all)"
     to_target = "not reached" if result["seconds_to_target"] is None else f"{result['seconds_to_target']:.1f} s"
     return f"{result['steps']} | {to_target}"
 
