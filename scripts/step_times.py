@@ -23,17 +23,17 @@ backward, clip, the optimizer's step; no evaluation, logging or checkpoints. Thi
 compares feed-forward widths of the shipped configs (a step's cost, not how many steps a
 config needs: `scripts/train_configs.py` measures that). `--evaluation` also times what
 the loop does at each `train.eval_every` (median of five: scoring the held-out set, the
-logs, checkpoints/best.pt), in ms and in steps. A run that reaches its target after about N steps, evaluating
-every k, spends N/k evaluations and, on average, k/2 steps between reaching the target and
-the evaluation that sees it; with an evaluation worth E steps that is least at k = sqrt(2 N E)
-(README, Shipped configs).
+logs, checkpoints/best.pt), in ms and in steps. A run that reaches its target after
+about N steps, evaluating every k, spends N/k evaluations and, on average, k/2 steps
+between reaching the target and the evaluation that sees it; with an evaluation worth E
+steps that is least at k = sqrt(2 N E) (README, Shipped configs).
 
 Scope: the CPU (train.device=cpu, whatever the config says) and the eager model
 (train.compile is not applied), like scripts/bench.py, at the config's train.precision
 (auto: bf16 matmuls on a CPU with bf16 instructions; `--variant train.precision=fp32`
-compares). The trainer comes from
-`tinytf.training`'s own assembly (`_assemble`, `_train_step`): this script times exactly
-the step that `tinytf train` runs, so it reaches inside on purpose.
+compares). The trainer comes from `tinytf.training`'s own assembly (`_assemble`,
+`_train_step`): this script times exactly the step that `tinytf train` runs, so it
+reaches inside on purpose.
 """
 
 from __future__ import annotations

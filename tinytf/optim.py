@@ -133,11 +133,11 @@ class Muon(torch.optim.Optimizer):
             for indices in self._batches(wide):
                 batch = stack_padded([wide[i] for i in indices], self.dtype)  # (G, m, n), the largest m and n
                 orthogonal = orthogonalise(batch, group["ns_steps"])  # (G, m, n)
-                # Each matrix's own rows and columns (the padding stays zero; see stack_padded),
-                # back to its weight's shape, (n, m) for a tall one, and dtype.
-                updates = [o[: wide[i].size(0), : wide[i].size(1)] for i, o in zip(indices, orthogonal, strict=True)]
-                updates = [(u if weights[i].size(0) == u.size(0) else u.mT).to(weights[i].dtype)
-                           for i, u in zip(indices, updates, strict=True)]  # fmt: skip
+                # Each matrix's own block (the padding stays zero; see stack_padded), back to its
+                # weight's shape, (n, m) for a tall one, and dtype.
+                blocks = [o[: wide[i].size(0), : wide[i].size(1)] for i, o in zip(indices, orthogonal, strict=True)]
+                updates = [(block if block.shape == weights[i].shape else block.mT).to(weights[i].dtype)
+                           for i, block in zip(indices, blocks, strict=True)]  # fmt: skip
                 # W <- W - lr 0.2 sqrt(max(m, n)) O, sqrt(max(m, n)) being each weight's own
                 torch._foreach_mul_(updates, [-group["lr"] * 0.2 * math.sqrt(max(weights[i].shape)) for i in indices])
                 torch._foreach_add_([weights[i] for i in indices], updates)
