@@ -252,8 +252,9 @@ def round_robin(fns: dict[str, Callable[[], object]], rounds: int, repeat: int) 
     return {name: statistics.median(times) for name, times in samples.items()}
 
 
-def training_step(model: nn.Module, tokens: torch.Tensor, targets: torch.Tensor, vocab: int,
-                  pad_mask: torch.Tensor | None = None) -> Callable[[], None]:  # fmt: skip
+def training_step(
+    model: nn.Module, tokens: torch.Tensor, targets: torch.Tensor, vocab: int, pad_mask: torch.Tensor | None = None
+) -> Callable[[], None]:
     """One forward, loss, backward and fused AdamW step on `tokens`; with `pad_mask` (B, T),
     True at padding, every attention runs under a padding bias (the padded positions'
     targets count too: the step's time is the point, not its loss)."""
@@ -289,11 +290,15 @@ def bench_shape(name: str, shape: Shape, rounds: int, repeat: int, peak: float, 
 
     ours = models["tinytf"].eval()
     with torch.no_grad():
-        forward_time = round_robin({
-            "plain": lambda: ours(tokens),
-            "return_attention": lambda: ours(tokens, return_attention=True),
-            "torch-encoder": lambda: models["torch-encoder"](tokens),
-        }, rounds, repeat)  # fmt: skip
+        forward_time = round_robin(
+            {
+                "plain": lambda: ours(tokens),
+                "return_attention": lambda: ours(tokens, return_attention=True),
+                "torch-encoder": lambda: models["torch-encoder"](tokens),
+            },
+            rounds,
+            repeat,
+        )
 
     n_tokens = shape.batch * shape.seq
     rows = {
@@ -307,15 +312,18 @@ def bench_shape(name: str, shape: Shape, rounds: int, repeat: int, peak: float, 
     }
     floor_time = step_time[FLOOR]
     return {
-        "shape": name, **shape.__dict__, "train": rows,
-        "model_flops": flops, "model_flops_formula": formula_flops,
+        "shape": name,
+        **shape.__dict__,
+        "train": rows,
+        "model_flops": flops,
+        "model_flops_formula": formula_flops,
         # The most any implementation could gain over torch-encoder if it did nothing but its matmuls.
         "ceiling_vs_torch_encoder": step_time["torch-encoder"] / floor_time,
         "ceiling_vs_textbook": step_time["textbook"] / floor_time,
         "compile_s": compile_s,
         "forward_ms": {key: 1e3 * value for key, value in forward_time.items()},
         "return_attention_ratio": forward_time["return_attention"] / forward_time["plain"],
-    }  # fmt: skip
+    }
 
 
 def bench_fixed_cost(rounds: int) -> float:
@@ -359,8 +367,9 @@ def path_sweep(keys: tuple[int, ...], widths: tuple[int, ...], rounds: int, repe
     for head_dim in widths:
         for seq in keys:
             d_model = 4 * head_dim
-            shape = Shape(vocab=64, seq=seq, batch=max(8, 2048 // seq), d_model=d_model, heads=4, layers=2,
-                          d_ff=4 * d_model)  # fmt: skip
+            shape = Shape(
+                vocab=64, seq=seq, batch=max(8, 2048 // seq), d_model=d_model, heads=4, layers=2, d_ff=4 * d_model
+            )
             torch.manual_seed(0)
             tokens = torch.randint(0, shape.vocab, (shape.batch, seq))
             targets = torch.roll(tokens, -1, dims=1)
@@ -370,13 +379,24 @@ def path_sweep(keys: tuple[int, ...], widths: tuple[int, ...], rounds: int, repe
                 lengths[0] = seq  # one row as long as the batch
                 pad_mask = torch.arange(seq) >= lengths[:, None]  # (B, T), True at padding
             arch = "encoder" if padded else "decoder"
-            steps = {path: training_step(tinytf_on_one_path(shape, path == "explicit", arch), tokens, targets,
-                                         shape.vocab, pad_mask)
-                     for path in ("explicit", "fused")}  # fmt: skip
+            steps = {
+                path: training_step(
+                    tinytf_on_one_path(shape, path == "explicit", arch), tokens, targets, shape.vocab, pad_mask
+                )
+                for path in ("explicit", "fused")
+            }
             times = round_robin(steps, rounds, repeat)
-            rows.append({"head_dim": head_dim, "keys": seq, "batch": shape.batch, "padded": padded,
-                         "explicit_ms": 1e3 * times["explicit"], "fused_ms": 1e3 * times["fused"],
-                         "rule": "explicit" if seq in explicit_keys(head_dim) else "fused"})  # fmt: skip
+            rows.append(
+                {
+                    "head_dim": head_dim,
+                    "keys": seq,
+                    "batch": shape.batch,
+                    "padded": padded,
+                    "explicit_ms": 1e3 * times["explicit"],
+                    "fused_ms": 1e3 * times["fused"],
+                    "rule": "explicit" if seq in explicit_keys(head_dim) else "fused",
+                }
+            )
     return rows
 
 
@@ -392,8 +412,10 @@ def spans(keys: Iterable[int]) -> str:
 
 
 def print_path_sweep(rows: list[dict]) -> None:
-    rule = (f"explicit for {spans(EXPLICIT_KEYS)} keys, "
-            f"{spans(EXPLICIT_KEYS_WIDE_HEADS)} at head widths from {WIDE_HEAD_DIM}")  # fmt: skip
+    rule = (
+        f"explicit for {spans(EXPLICIT_KEYS)} keys, "
+        f"{spans(EXPLICIT_KEYS_WIDE_HEADS)} at head widths from {WIDE_HEAD_DIM}"
+    )
     case = "a 2-layer encoder under a padding bias" if rows and rows[0]["padded"] else "a 2-layer causal LM"
     print(f"Attention paths, whole training steps of {case} ({torch.get_num_threads()} threads); the rule: {rule}\n")
     print("| head width | keys | batch | explicit ms | fused ms | explicit / fused | rule picks | faster |")
@@ -401,8 +423,10 @@ def print_path_sweep(rows: list[dict]) -> None:
     for row in rows:
         ratio = row["explicit_ms"] / row["fused_ms"]
         faster = "explicit" if ratio < 1 else "fused"
-        print(f"| {row['head_dim']} | {row['keys']} | {row['batch']} | {row['explicit_ms']:.2f} | "
-              f"{row['fused_ms']:.2f} | {ratio:.2f} | {row['rule']} | {faster} |")  # fmt: skip
+        print(
+            f"| {row['head_dim']} | {row['keys']} | {row['batch']} | {row['explicit_ms']:.2f} | "
+            f"{row['fused_ms']:.2f} | {ratio:.2f} | {row['rule']} | {faster} |"
+        )
 
 
 # --------------------------------------------------------------------------- report
@@ -415,23 +439,30 @@ def print_report(peak: float, shapes: list[dict], fixed_ms: float) -> None:
         print(f"\n### {result['shape']} ({dims})\n")
         flops, formula = result["model_flops"], result["model_flops_formula"]
         agrees = "equal to" if flops == formula else f"NOT equal to, {formula / 1e9:.4f} GFLOP by"
-        print(f"model FLOPs of a step: {flops / 1e9:.4f} GFLOP (FlopCounterMode; {agrees} "
-              f"6·N·tokens + 12·L·T·D·tokens)\n")  # fmt: skip
+        print(
+            f"model FLOPs of a step: {flops / 1e9:.4f} GFLOP (FlopCounterMode; {agrees} 6·N·tokens + 12·L·T·D·tokens)\n"
+        )
         print("| contender | step (ms) | tokens/s | MFU | tinytf is |")
         print("|---|---:|---:|---:|---:|")
         for key, row in result["train"].items():
-            print(f"| {key} | {row['step_ms']:.1f} | {row['tokens_per_s']:,.0f} | {row['mfu']:.0%} | "
-                  f"{1 / row['speed_vs_tinytf']:.2f}x |")  # fmt: skip
+            print(
+                f"| {key} | {row['step_ms']:.1f} | {row['tokens_per_s']:,.0f} | {row['mfu']:.0%} | "
+                f"{1 / row['speed_vs_tinytf']:.2f}x |"
+            )
         if result["compile_s"] is not None:
             print(f"\n{COMPILED}: compiling took {result['compile_s']:.1f} s (the first step)")
-        print(f"\nThe step's matmuls alone take {result['train'][FLOOR]['step_ms']:.1f} ms: no fp32 implementation "
-              f"can train faster than {result['ceiling_vs_torch_encoder']:.2f}x torch-encoder or "
-              f"{result['ceiling_vs_textbook']:.2f}x textbook at this shape on this machine.")  # fmt: skip
+        print(
+            f"\nThe step's matmuls alone take {result['train'][FLOOR]['step_ms']:.1f} ms: no fp32 implementation "
+            f"can train faster than {result['ceiling_vs_torch_encoder']:.2f}x torch-encoder or "
+            f"{result['ceiling_vs_textbook']:.2f}x textbook at this shape on this machine."
+        )
         forward = result["forward_ms"]
         ratio = result["return_attention_ratio"]
-        print(f"\nforward: plain {forward['plain']:.2f} ms, return_attention=True "
-              f"{forward['return_attention']:.2f} ms ({ratio:.2f}x), "
-              f"torch-encoder {forward['torch-encoder']:.2f} ms")  # fmt: skip
+        print(
+            f"\nforward: plain {forward['plain']:.2f} ms, return_attention=True "
+            f"{forward['return_attention']:.2f} ms ({ratio:.2f}x), "
+            f"torch-encoder {forward['torch-encoder']:.2f} ms"
+        )
     print(f"\nfixed cost of a tinytf training step at batch 1 x 8 tokens: {fixed_ms:.2f} ms")
 
 
@@ -474,13 +505,15 @@ def main() -> None:
             args.json.write_text(json.dumps({"paths": rows}, indent=1))
         return
     peak = gemm_peak_flops(args.rounds)
-    results = [bench_shape(name, shape, args.rounds, args.repeat, peak, not args.no_compile)
-               for name, shape in shapes.items()]  # fmt: skip
+    results = [
+        bench_shape(name, shape, args.rounds, args.repeat, peak, not args.no_compile) for name, shape in shapes.items()
+    ]
     fixed_ms = bench_fixed_cost(args.rounds)
     print_report(peak, results, fixed_ms)
     if args.json:
-        args.json.write_text(json.dumps({"gemm_peak_flops": peak, "shapes": results, "fixed_step_ms": fixed_ms},
-                                        indent=1))  # fmt: skip
+        args.json.write_text(
+            json.dumps({"gemm_peak_flops": peak, "shapes": results, "fixed_step_ms": fixed_ms}, indent=1)
+        )
 
 
 if __name__ == "__main__":

@@ -64,8 +64,16 @@ class Contender:
 
     def command(self, config: Path, runs_dir: Path) -> list[str]:
         launcher = ["-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={self.processes}"]
-        return [sys.executable, *(launcher if self.torchrun else []), "-m", "tinytf", "train", str(config),
-                "--runs-dir", str(runs_dir)]  # fmt: skip
+        return [
+            sys.executable,
+            *(launcher if self.torchrun else []),
+            "-m",
+            "tinytf",
+            "train",
+            str(config),
+            "--runs-dir",
+            str(runs_dir),
+        ]
 
 
 def bench_config(steps: int, log_every: int, shape: dict[str, int], sequence: int, batch: int) -> dict:
@@ -73,10 +81,9 @@ def bench_config(steps: int, log_every: int, shape: dict[str, int], sequence: in
         "seed": 0,
         "task": {"name": "induction", "vocab_size": 60, "min_len": sequence, "max_len": sequence, "eval_size": 64},
         "model": {"arch": "decoder", **shape, "max_len": 2 * sequence + 1},
-        "train": {"steps": steps, "batch_size": batch, "eval_every": NEVER, "checkpoint_every": NEVER,
-                  "device": "cpu"},
+        "train": {"steps": steps, "batch_size": batch, "eval_every": NEVER, "checkpoint_every": NEVER, "device": "cpu"},
         "log": {"every": log_every, "attention_every": NEVER, "head_scores": False},
-    }  # fmt: skip
+    }
 
 
 def busy_cores(seconds: float = 1.0) -> float:
@@ -129,32 +136,48 @@ def main() -> None:
     contenders = {
         "one": Contender(f"1 x {args.cores} threads", 1, args.cores, torchrun=False),
         "torchrun-one": Contender(f"torchrun 1 x {args.cores} threads", 1, args.cores, torchrun=True),
-        "torchrun": Contender(f"torchrun {args.processes} x {args.threads} thread{'s' * (args.threads > 1)}",
-                              args.processes, args.threads, torchrun=True),
-    }  # fmt: skip
+        "torchrun": Contender(
+            f"torchrun {args.processes} x {args.threads} thread{'s' * (args.threads > 1)}",
+            args.processes,
+            args.threads,
+            torchrun=True,
+        ),
+    }
     chosen = [contenders[key] for key in (args.only or contenders)]
     measured: dict[str, list[float]] = {contender.name: [] for contender in chosen}
     busy: dict[str, list[float]] = {contender.name: [] for contender in chosen}
     with tempfile.TemporaryDirectory() as folder:
         config = Path(folder) / "bench.yaml"
-        config.write_text(yaml.safe_dump(bench_config(args.steps, args.log_every, args.shape, args.sequence,
-                                                      args.batch)))  # fmt: skip
+        config.write_text(
+            yaml.safe_dump(bench_config(args.steps, args.log_every, args.shape, args.sequence, args.batch))
+        )
         for round_number in range(args.rounds):
             for contender in chosen:
                 busy[contender.name].append(wait_until_quiet(args.quiet_wait) if args.quiet_wait > 0 else 0.0)
                 measured[contender.name].append(run(contender, config, Path(folder)))
-                print(f"round {round_number + 1}: {contender.name}: {measured[contender.name][-1]:,.0f} tokens/s "
-                      f"(other work before it: {busy[contender.name][-1]:.2f} cores)", file=sys.stderr)  # fmt: skip
+                print(
+                    f"round {round_number + 1}: {contender.name}: {measured[contender.name][-1]:,.0f} tokens/s "
+                    f"(other work before it: {busy[contender.name][-1]:.2f} cores)",
+                    file=sys.stderr,
+                )
 
     tokens_per_step = args.batch * 2 * args.sequence
     baseline = statistics.median(measured[chosen[0].name])
     rows = []
     for contender in chosen:
         tokens_per_s = statistics.median(measured[contender.name])
-        rows.append({"contender": contender.name, "processes": contender.processes, "threads": contender.threads,
-                     "tokens_per_s": tokens_per_s, "step_ms": 1000 * tokens_per_step / tokens_per_s,
-                     "vs_first": tokens_per_s / baseline, "runs": measured[contender.name],
-                     "busy_cores_before": busy[contender.name]})  # fmt: skip
+        rows.append(
+            {
+                "contender": contender.name,
+                "processes": contender.processes,
+                "threads": contender.threads,
+                "tokens_per_s": tokens_per_s,
+                "step_ms": 1000 * tokens_per_step / tokens_per_s,
+                "vs_first": tokens_per_s / baseline,
+                "runs": measured[contender.name],
+                "busy_cores_before": busy[contender.name],
+            }
+        )
     print(
         f"tokens/s, medians of {args.rounds} runs of {args.steps} steps ({tokens_per_step:,} tokens a step); "
         f"other work before a run: at most {max(max(values) for values in busy.values()):.2f} cores"

@@ -120,12 +120,14 @@ def main() -> None:
         seconds = {
             "predict, one at a time": median_seconds(
                 lambda: framing.answer_typed(model, sources[:single], batch_size=1), args.rounds
-            ) * n / single,
+            )
+            * n
+            / single,
             "predict, in file order": median_seconds(lambda: in_file_order(model, framing, sources), args.rounds),
             "predict, shortest first": median_seconds(lambda: predict(model, framing, texts), args.rounds),
             "eval, in order": median_seconds(lambda: evaluate_in_order(model, framing, pairs), args.rounds),
             "eval, shortest first": median_seconds(lambda: evaluate(model, framing, pairs), args.rounds),
-        }  # fmt: skip
+        }
         unsorted, answers = in_file_order(model, framing, sources), framing.answer_typed(model, sources)
         differ = sum(a != b for a, b in zip(unsorted, answers, strict=True))  # 0 expected, but batches round
 
@@ -147,20 +149,31 @@ def main() -> None:
     print("|---|---:|---:|")
     for name, value in seconds.items():
         print(f"| {name} | {value:.2f} | {n / value:,.0f} |")
-    pairs_compared = [("predict, one at a time", "predict, shortest first"),
-                      ("predict, in file order", "predict, shortest first"),
-                      ("predict, one at a time", "predict --file (CLI)"),
-                      ("eval, in order", "eval, shortest first")]  # fmt: skip
+    pairs_compared = [
+        ("predict, one at a time", "predict, shortest first"),
+        ("predict, in file order", "predict, shortest first"),
+        ("predict, one at a time", "predict --file (CLI)"),
+        ("eval, in order", "eval, shortest first"),
+    ]
     ratios = {f"{faster} vs {slower}": seconds[slower] / seconds[faster] for slower, faster in pairs_compared}
     for name, ratio in ratios.items():
         print(f"{name}: {ratio:.2f}x")
-    print(f"shortest-first answering: {achieved / 1e9:.1f} GFLOP/s of matmul work, "
-          f"{achieved / ceiling:.0%} of a 1024^2 fp32 matmul's {ceiling / 1e9:.1f} GFLOP/s")  # fmt: skip
+    print(
+        f"shortest-first answering: {achieved / 1e9:.1f} GFLOP/s of matmul work, "
+        f"{achieved / ceiling:.0%} of a 1024^2 fp32 matmul's {ceiling / 1e9:.1f} GFLOP/s"
+    )
     print(f"answers that differ between file order and shortest first: {differ} of {n:,}")
     if args.json:
-        result = {"run": loaded.run_dir.name, "inputs": n, "threads": args.threads, "seconds": seconds,
-                  "ratios": ratios, "gflops": achieved / 1e9, "matmul_gflops": ceiling / 1e9,
-                  "answers_differ": differ}  # fmt: skip
+        result = {
+            "run": loaded.run_dir.name,
+            "inputs": n,
+            "threads": args.threads,
+            "seconds": seconds,
+            "ratios": ratios,
+            "gflops": achieved / 1e9,
+            "matmul_gflops": ceiling / 1e9,
+            "answers_differ": differ,
+        }
         args.json.write_text(json.dumps(result, indent=1))
 
 

@@ -120,8 +120,10 @@ def main() -> None:
                     if head_scores:
                         scoring[path].append(scored)
 
-    print(f"head scores on {N_HEAD_SCORE_INPUTS} held-out inputs, {torch.get_num_threads()} thread(s), "
-          f"{repeats} run(s) each way, medians")  # fmt: skip
+    print(
+        f"head scores on {N_HEAD_SCORE_INPUTS} held-out inputs, {torch.get_num_threads()} thread(s), "
+        f"{repeats} run(s) each way, medians"
+    )
     print("| config | steps | attention_every | scoring points | off | on | on/off | scoring, first | later | share |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     results = []
@@ -132,18 +134,27 @@ def main() -> None:
         share = statistics.median(t / (wall - t) for t, wall in zip(total, on, strict=True))
         later = [seconds for run in points for seconds in run[1:]]
         row = {
-            "config": path.name, "steps": config.train.steps, "attention_every": config.log.attention_every,
-            "scoring_points": len(points[0]), "off_s": statistics.median(off), "on_s": statistics.median(on),
+            "config": path.name,
+            "steps": config.train.steps,
+            "attention_every": config.log.attention_every,
+            "scoring_points": len(points[0]),
+            "off_s": statistics.median(off),
+            "on_s": statistics.median(on),
             "ratio": statistics.median(on) / statistics.median(off),
             "first_ms": 1000 * statistics.median(run[0] for run in points),
-            "later_ms": 1000 * statistics.median(later) if later else None, "share": share,
-            "off_runs_s": off, "on_runs_s": on,
-        }  # fmt: skip
+            "later_ms": 1000 * statistics.median(later) if later else None,
+            "share": share,
+            "off_runs_s": off,
+            "on_runs_s": on,
+        }
         results.append(row)
         later_ms = "-" if row["later_ms"] is None else f"{row['later_ms']:.0f} ms"
-        print(f"| `{row['config']}` | {row['steps']} | {row['attention_every']} | {row['scoring_points']} | "
-              f"{row['off_s']:.2f} s | {row['on_s']:.2f} s | {row['ratio']:.3f} | {row['first_ms']:.0f} ms | "
-              f"{later_ms} | {100 * share:.1f}% |", flush=True)  # fmt: skip
+        print(
+            f"| `{row['config']}` | {row['steps']} | {row['attention_every']} | {row['scoring_points']} | "
+            f"{row['off_s']:.2f} s | {row['on_s']:.2f} s | {row['ratio']:.3f} | {row['first_ms']:.0f} ms | "
+            f"{later_ms} | {100 * share:.1f}% |",
+            flush=True,
+        )
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))
 

@@ -48,11 +48,18 @@ def bench_task(name: str, corpus: Path, batch_size: int, rounds: int, repeat: in
     arch = "decoder" if "decoder" in TASKS[name].archs else TASKS[name].archs[0]
     shape = SHAPES["default"]
     task_section = {"name": name, "path": str(corpus)} if name == "text" else {"name": name}  # only text reads a file
-    config = config_from_dict({
-        "task": task_section,
-        "model": {"arch": arch, "d_model": shape["d_model"], "n_heads": shape["heads"],
-                  "n_layers": shape["layers"], "d_ff": shape["d_ff"]},
-    })  # fmt: skip
+    config = config_from_dict(
+        {
+            "task": task_section,
+            "model": {
+                "arch": arch,
+                "d_model": shape["d_model"],
+                "n_heads": shape["heads"],
+                "n_layers": shape["layers"],
+                "d_ff": shape["d_ff"],
+            },
+        }
+    )
     task = get_task(config.task)
     data = TaskData(task, seed=0, eval_size=config.task.eval_size)
     model = tinytf.build_model(config)
@@ -65,8 +72,14 @@ def bench_task(name: str, corpus: Path, batch_size: int, rounds: int, repeat: in
         optimizer.zero_grad(set_to_none=True)
 
     times = round_robin({"batch": lambda: make_batch(data, task, arch, batch_size), "step": step}, rounds, repeat)
-    return {"task": name, "arch": arch, "batch_size": batch_size, "batch_ms": 1e3 * times["batch"],
-            "step_ms": 1e3 * times["step"], "share": times["batch"] / times["step"]}  # fmt: skip
+    return {
+        "task": name,
+        "arch": arch,
+        "batch_size": batch_size,
+        "batch_ms": 1e3 * times["batch"],
+        "step_ms": 1e3 * times["step"],
+        "share": times["batch"] / times["step"],
+    }
 
 
 def print_report(rows: list[dict]) -> None:
@@ -79,8 +92,14 @@ def print_report(rows: list[dict]) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--tasks", nargs="+", choices=list(TASKS), default=list(TASKS), metavar="TASK",
-                        help=f"tasks to measure (default: all of {', '.join(TASKS)})")  # fmt: skip
+    parser.add_argument(
+        "--tasks",
+        nargs="+",
+        choices=list(TASKS),
+        default=list(TASKS),
+        metavar="TASK",
+        help=f"tasks to measure (default: all of {', '.join(TASKS)})",
+    )
     parser.add_argument("--batch-size", type=int, default=SHAPES["default"]["batch"])
     parser.add_argument("--rounds", type=int, default=9)
     parser.add_argument("--repeat", type=int, default=5)

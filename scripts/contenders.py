@@ -50,8 +50,16 @@ def tinytf_model(shape: Shape, **design: str) -> nn.Module:
     """tinytf's decoder as `tinytf.build_model` makes it, with its defaults (pre-LN, GELU)
     unless `design` sets other model keys: one fused (3D, D) Q/K/V projection; attention on
     the path attention.py's shape rule picks (explicit, or PyTorch's fused kernel SDPA)."""
-    model = {"arch": "decoder", "d_model": shape.d_model, "n_heads": shape.heads, "n_layers": shape.layers,
-             "d_ff": shape.d_ff, "max_len": shape.seq, "dropout": 0.0, **design}  # fmt: skip
+    model = {
+        "arch": "decoder",
+        "d_model": shape.d_model,
+        "n_heads": shape.heads,
+        "n_layers": shape.layers,
+        "d_ff": shape.d_ff,
+        "max_len": shape.seq,
+        "dropout": 0.0,
+        **design,
+    }
     task = {"name": "copy", "min_len": 1, "max_len": 3}  # any task whose sequences fit in shape.seq
     return tinytf.build_model({"task": task, "model": model}, vocab_size=shape.vocab)
 
@@ -88,8 +96,9 @@ class TorchEncoderLM(nn.Module):
         super().__init__()
         self.embedding = nn.Embedding(shape.vocab, shape.d_model)
         self.register_buffer("positions", tinytf.model.positional.sinusoidal_table(shape.seq, shape.d_model))
-        layer = nn.TransformerEncoderLayer(shape.d_model, shape.heads, shape.d_ff, dropout=0.0, activation="gelu",
-                                           batch_first=True, norm_first=True)  # fmt: skip
+        layer = nn.TransformerEncoderLayer(
+            shape.d_model, shape.heads, shape.d_ff, dropout=0.0, activation="gelu", batch_first=True, norm_first=True
+        )
         self.encoder = nn.TransformerEncoder(layer, shape.layers, enable_nested_tensor=False)
         self.norm = nn.LayerNorm(shape.d_model)
         self.head = nn.Linear(shape.d_model, shape.vocab, bias=False)
@@ -179,10 +188,19 @@ def x_transformers_model(shape: Shape) -> nn.Module | None:
         from x_transformers import Decoder, TransformerWrapper
     except ImportError:
         return None
-    return TransformerWrapper(num_tokens=shape.vocab, max_seq_len=shape.seq, tie_embedding=True,
-                              attn_layers=Decoder(dim=shape.d_model, depth=shape.layers, heads=shape.heads,
-                                                  attn_dim_head=shape.d_model // shape.heads,
-                                                  ff_mult=shape.d_ff / shape.d_model, attn_flash=True))  # fmt: skip
+    return TransformerWrapper(
+        num_tokens=shape.vocab,
+        max_seq_len=shape.seq,
+        tie_embedding=True,
+        attn_layers=Decoder(
+            dim=shape.d_model,
+            depth=shape.layers,
+            heads=shape.heads,
+            attn_dim_head=shape.d_model // shape.heads,
+            ff_mult=shape.d_ff / shape.d_model,
+            attn_flash=True,
+        ),
+    )
 
 
 CONTENDERS: dict[str, Callable[[Shape], nn.Module | None]] = {

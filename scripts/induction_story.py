@@ -45,8 +45,14 @@ def train_and_record(config_path: Path, every: int, steps: int | None = None) ->
             best = report.best(pattern)
             curves[pattern][step] = best.scores[pattern] if best is not None else float("nan")
     final = log.of("heads")[-1][1]
-    return {"losses": losses, "curves": curves, "final": final, "result": result, "seconds": seconds,
-            "steps": result.step}  # fmt: skip
+    return {
+        "losses": losses,
+        "curves": curves,
+        "final": final,
+        "result": result,
+        "seconds": seconds,
+        "steps": result.step,
+    }
 
 
 def best_in_layer(report, pattern: str, layer: int) -> tuple[str, float]:
@@ -91,17 +97,21 @@ def main() -> None:
     one_layer_steps = args.steps or int(runs["2 layers"]["steps"] * 1.5)
     runs["1 layer"] = train_and_record(CONFIGS["1 layer"], args.every, one_layer_steps)
 
-    print(f"{'model':<9} {'steps':>6} {'time':>7} {'repeat loss':>12} {'seq_acc':>8}  "
-          f"{'best previous (layer 0)':<30} {'best induction (last layer)':<30}")  # fmt: skip
+    print(
+        f"{'model':<9} {'steps':>6} {'time':>7} {'repeat loss':>12} {'seq_acc':>8}  "
+        f"{'best previous (layer 0)':<30} {'best induction (last layer)':<30}"
+    )
     for label, run in runs.items():
         final = run["final"]
         last_layer = max(h.layer for h in final.heads)
         previous = best_in_layer(final, "previous", 0)
         induction = best_in_layer(final, "induction", last_layer)
         loss = run["losses"][max(run["losses"])]
-        print(f"{label:<9} {run['steps']:>6} {run['seconds']:>6.1f}s {loss:>12.4f} "
-              f"{run['result'].final['seq_acc']:>8.3f}  {previous[0]:<22}{previous[1]:>6.2f}  "
-              f"{induction[0]:<22}{induction[1]:>6.2f}")  # fmt: skip
+        print(
+            f"{label:<9} {run['steps']:>6} {run['seconds']:>6.1f}s {loss:>12.4f} "
+            f"{run['result'].final['seq_acc']:>8.3f}  {previous[0]:<22}{previous[1]:>6.2f}  "
+            f"{induction[0]:<22}{induction[1]:>6.2f}"
+        )
     args.out.parent.mkdir(parents=True, exist_ok=True)
     draw(runs, args.out)
     print(f"wrote {args.out}")

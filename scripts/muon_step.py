@@ -51,8 +51,12 @@ def muon_class(trainer: Trainer) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("configs", type=Path, nargs="+")
-    parser.add_argument("--precision", choices=["auto", "fp32", "bf16"], default=None,
-                        help="train.precision for all three (default: the config's)")  # fmt: skip
+    parser.add_argument(
+        "--precision",
+        choices=["auto", "fp32", "bf16"],
+        default=None,
+        help="train.precision for all three (default: the config's)",
+    )
     add_timing_arguments(parser, "optimizer", rounds=9)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -63,20 +67,28 @@ def main() -> None:
     print(f"{'config':42s} {'AdamW':>8s} {'tinytf Muon':>16s} {'torch.optim.Muon':>18s}")
     for path in args.configs:
         try:
-            trainers = {"adamw": trainer_for(path, [*overrides, "train.optimizer=adamw"]),
-                        "tinytf muon": trainer_for(path, [*overrides, "train.optimizer=muon"]),
-                        "torch muon": torch_muon_trainer(path, overrides)}  # fmt: skip
+            trainers = {
+                "adamw": trainer_for(path, [*overrides, "train.optimizer=adamw"]),
+                "tinytf muon": trainer_for(path, [*overrides, "train.optimizer=muon"]),
+                "torch muon": torch_muon_trainer(path, overrides),
+            }
         except UserError as err:  # a missing config, a bad value: one line
             parser.error(str(err))
         seconds = time_steps(trainers, args)
-        row = {"config": path.name, "precision": trainers["adamw"].precision,
-               **{f"{name} ms": 1e3 * s for name, s in seconds.items()},
-               "tinytf muon ratio": seconds["tinytf muon"] / seconds["adamw"],
-               "torch muon ratio": seconds["torch muon"] / seconds["adamw"],
-               **{f"{name} class": muon_class(trainers[name]) for name in ("tinytf muon", "torch muon")}}  # fmt: skip
+        row = {
+            "config": path.name,
+            "precision": trainers["adamw"].precision,
+            **{f"{name} ms": 1e3 * s for name, s in seconds.items()},
+            "tinytf muon ratio": seconds["tinytf muon"] / seconds["adamw"],
+            "torch muon ratio": seconds["torch muon"] / seconds["adamw"],
+            **{f"{name} class": muon_class(trainers[name]) for name in ("tinytf muon", "torch muon")},
+        }
         rows.append(row)
-        print(f"{path.name:42s} {row['adamw ms']:8.2f} {row['tinytf muon ms']:8.2f} ({row['tinytf muon ratio']:.2f}x)"
-              f" {row['torch muon ms']:9.2f} ({row['torch muon ratio']:.2f}x)", flush=True)  # fmt: skip
+        print(
+            f"{path.name:42s} {row['adamw ms']:8.2f} {row['tinytf muon ms']:8.2f} ({row['tinytf muon ratio']:.2f}x)"
+            f" {row['torch muon ms']:9.2f} ({row['torch muon ratio']:.2f}x)",
+            flush=True,
+        )
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))
 

@@ -123,15 +123,26 @@ def main() -> None:
             seconds = time.perf_counter() - started
             best = result.best
             row = {
-                "config": path.name, "task": config.task.name, "layers": config.model.n_layers,
-                "heads": config.model.n_heads, "bos": config.task.bos, "steps": result.step,
-                "best_step": best["step"], "token_acc": best["token_acc"], "seq_acc": best["seq_acc"],
-                "loss": best["loss"], "seconds": round(seconds, 1), "target": target(name),
-            }  # fmt: skip
+                "config": path.name,
+                "task": config.task.name,
+                "layers": config.model.n_layers,
+                "heads": config.model.n_heads,
+                "bos": config.task.bos,
+                "steps": result.step,
+                "best_step": best["step"],
+                "token_acc": best["token_acc"],
+                "seq_acc": best["seq_acc"],
+                "loss": best["loss"],
+                "seconds": round(seconds, 1),
+                "target": target(name),
+            }
             results.append(row)
-            print(f"| `rasp/{path.name}` | {row['task']} | {row['layers']} x {row['heads']} | "
-                  f"{'yes' if row['bos'] else 'no'} | {100 * row['token_acc']:.2f}% | {100 * row['seq_acc']:.2f}% | "
-                  f"{row['steps']} | {seconds:.0f} s |", flush=True)  # fmt: skip
+            print(
+                f"| `rasp/{path.name}` | {row['task']} | {row['layers']} x {row['heads']} | "
+                f"{'yes' if row['bos'] else 'no'} | {100 * row['token_acc']:.2f}% | {100 * row['seq_acc']:.2f}% | "
+                f"{row['steps']} | {seconds:.0f} s |",
+                flush=True,
+            )
             if row["token_acc"] < row["target"]:
                 missed.append(f"{name}: token_acc {100 * row['token_acc']:.2f}% < target {100 * row['target']:.1f}%")
             if seconds > TIME_LIMIT_S:
@@ -141,8 +152,10 @@ def main() -> None:
     if missed:
         print("\nMISSED:\n" + "\n".join(f"- {line}" for line in missed))
         sys.exit(1)
-    print(f"\nevery config reached its target (token_acc >= {100 * TOKEN_ACC_TARGET:.1f}%, most-freq >= "
-          f"{100 * TARGETS['most-freq']:.0f}%) within {TIME_LIMIT_S:.0f} s")  # fmt: skip
+    print(
+        f"\nevery config reached its target (token_acc >= {100 * TOKEN_ACC_TARGET:.1f}%, most-freq >= "
+        f"{100 * TARGETS['most-freq']:.0f}%) within {TIME_LIMIT_S:.0f} s"
+    )
 
 
 if __name__ == "__main__":

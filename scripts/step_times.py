@@ -83,8 +83,16 @@ def main() -> None:
     variants = list(trainers)
     seconds = time_steps(trainers, args)
     first = seconds[variants[0]]
-    rows = [{"config": args.config.name, "variant": variant, "parameters": parameters(trainers[variant]),
-             "step_ms": 1e3 * seconds[variant], "ratio": seconds[variant] / first} for variant in variants]  # fmt: skip
+    rows = [
+        {
+            "config": args.config.name,
+            "variant": variant,
+            "parameters": parameters(trainers[variant]),
+            "step_ms": 1e3 * seconds[variant],
+            "ratio": seconds[variant] / first,
+        }
+        for variant in variants
+    ]
     if args.evaluation:
         for row in rows:
             config = config_for(args.config, row["variant"].removesuffix(FUSED_KERNEL).split())

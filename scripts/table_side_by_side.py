@@ -101,8 +101,10 @@ def main() -> None:
     totals = {tree: sum(row[tree]["seconds_to_target"] or 0.0 for row in rows if tree in row) for tree in trees}
     reached = {tree: sum(1 for row in rows if (row.get(tree) or {}).get("seconds_to_target")) for tree in trees}
     ratio = totals["this"] / totals["other"] if totals["other"] else float("nan")
-    print(f"\ntotal time to target: {args.against} {totals['other']:.0f} s ({reached['other']} configs), "
-          f"this tree {totals['this']:.0f} s ({reached['this']} configs): {ratio:.3f}x")  # fmt: skip
+    print(
+        f"\ntotal time to target: {args.against} {totals['other']:.0f} s ({reached['other']} configs), "
+        f"this tree {totals['this']:.0f} s ({reached['this']} configs): {ratio:.3f}x"
+    )
     if args.json:
         result = {"against": args.against, "rows": rows, "totals": totals, "ratio": ratio}
         args.json.write_text(json.dumps(result, indent=1))
@@ -126,8 +128,14 @@ def task_configs(tree: Path) -> list[str]:
 def train_one(tree: Path, name: str, threads: int) -> dict:
     """Train configs/`name` on `tree`'s code, in a process of its own; its result row."""
     env = {**os.environ, "PYTHONPATH": str(tree), "OMP_NUM_THREADS": str(threads)}
-    done = subprocess.run([sys.executable, "-c", TRAIN_ONE, f"configs/{name}", str(threads)], cwd=tree, env=env,
-                          capture_output=True, text=True, check=False)  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-c", TRAIN_ONE, f"configs/{name}", str(threads)],
+        cwd=tree,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     if done.returncode:
         sys.exit(f"error: {name} failed in {tree}:\n{done.stderr[-2000:]}")
     result = json.loads(done.stdout.strip().splitlines()[-1])

@@ -80,18 +80,28 @@ def main() -> None:
             seconds = time.perf_counter() - clock.started
             best = result.best
             row = {
-                "config": path.name, "task": config.task.name, "arch": config.model.arch, "steps": result.step,
-                "target": config.train.stop_at_accuracy, "seconds_to_target": clock.seconds,
-                "seconds": round(seconds, 1), "best_step": best["step"], "seq_acc": best["seq_acc"],
-                "token_acc": best["token_acc"], "loss": best["loss"],
-            }  # fmt: skip
+                "config": path.name,
+                "task": config.task.name,
+                "arch": config.model.arch,
+                "steps": result.step,
+                "target": config.train.stop_at_accuracy,
+                "seconds_to_target": clock.seconds,
+                "seconds": round(seconds, 1),
+                "best_step": best["step"],
+                "seq_acc": best["seq_acc"],
+                "token_acc": best["token_acc"],
+                "loss": best["loss"],
+            }
             results.append(row)
             if config.train.stop_at_accuracy is None:
                 to_target = "-"
             else:
                 to_target = "not reached" if clock.seconds is None else f"{clock.seconds:.1f} s"
-            print(f"| `{path.name}` | {row['task']} | {row['arch']} | {row['steps']} | {to_target} | {seconds:.0f} s | "
-                  f"{row['seq_acc']:.3f} | {row['token_acc']:.3f} | {row['loss']:.3f} |", flush=True)  # fmt: skip
+            print(
+                f"| `{path.name}` | {row['task']} | {row['arch']} | {row['steps']} | {to_target} | {seconds:.0f} s | "
+                f"{row['seq_acc']:.3f} | {row['token_acc']:.3f} | {row['loss']:.3f} |",
+                flush=True,
+            )
     if args.json:
         args.json.write_text(json.dumps(results, indent=1))
     missed = [problem for row in results if (problem := missed_target(row))]

@@ -95,9 +95,11 @@ def page_sizes(configs: list[Path]) -> None:
         seconds = time.perf_counter() - start
         weights = sum(m.weights.size for m in report.maps)
         tokens = len(report.source_tokens or report.tokens)
-        print(f"{path}: {config.model.n_layers} layers x {config.model.n_heads} heads, {len(report.maps)} attentions, "
-              f"input of {tokens} tokens, {weights:,} weights: {len(page.encode()):,} bytes "
-              f"in {seconds:.2f} s")  # fmt: skip
+        print(
+            f"{path}: {config.model.n_layers} layers x {config.model.n_heads} heads, {len(report.maps)} attentions, "
+            f"input of {tokens} tokens, {weights:,} weights: {len(page.encode()):,} bytes "
+            f"in {seconds:.2f} s"
+        )
 
 
 def main() -> None:

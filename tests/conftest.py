@@ -59,10 +59,17 @@ def tiny_data(seed=0, **sections):
         "seed": seed,
         "task": {"name": "sort", "vocab_size": 5, "min_len": 3, "max_len": 5, "eval_size": 40},
         "model": {"arch": "decoder", "d_model": 16, "n_heads": 2, "n_layers": 1, "d_ff": 32, "dropout": 0.1},
-        "train": {"steps": 12, "batch_size": 8, "eval_every": 4, "checkpoint_every": 100, "warmup_steps": 3,
-                  "device": "cpu", "precision": "fp32"},  # the same arithmetic on every CI machine
+        "train": {
+            "steps": 12,
+            "batch_size": 8,
+            "eval_every": 4,
+            "checkpoint_every": 100,
+            "warmup_steps": 3,
+            "device": "cpu",
+            "precision": "fp32",
+        },  # the same arithmetic on every CI machine
         "log": {"every": 2, "attention_every": 6},
-    }  # fmt: skip
+    }
     for section, keys in sections.items():
         base[section] = base.get(section, {}) | keys
     return base

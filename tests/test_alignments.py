@@ -261,14 +261,17 @@ def test_every_pair_lands_on_its_answer_token_and_source_token(name, arch, bos):
     assert checked > 0
 
 
-@pytest.mark.parametrize(("name", "arch"), [("sort", "encoder"), ("sort", "decoder"), ("sort", "encoder-decoder"),
-                                            ("sentences", "decoder")])  # fmt: skip
+@pytest.mark.parametrize(
+    ("name", "arch"), [("sort", "encoder"), ("sort", "decoder"), ("sort", "encoder-decoder"), ("sentences", "decoder")]
+)
 def test_the_placed_pairs_index_the_models_attention_map_of_that_name(name, arch):
     task = small_task(name)
     framing = get_framing(task, arch)
     torch.manual_seed(0)
-    config = {"task": {"name": name, "min_len": 3, "max_len": 8}, "model": {"arch": arch, "d_model": 16,
-              "n_heads": 2, "n_layers": 1, "d_ff": 16, "max_len": 32}}  # fmt: skip
+    config = {
+        "task": {"name": name, "min_len": 3, "max_len": 8},
+        "model": {"arch": arch, "d_model": 16, "n_heads": 2, "n_layers": 1, "d_ff": 16, "max_len": 32},
+    }
     if name == "sort":
         config["task"]["vocab_size"] = 3
     model = tinytf.build_model(config).eval()

@@ -67,11 +67,14 @@ def test_multi_head_attention_matches_torch(kind, masking):
     causal = "causal" in masking
 
     ref_out, ref_weights = reference(
-        x, context, context,
+        x,
+        context,
+        context,
         key_padding_mask=pad_mask,  # torch's key_padding_mask: True = PAD, like our pad_mask
         attn_mask=~causal_allowed(6, key_len) if causal else None,  # nn.MultiheadAttention's: True = hidden
-        need_weights=True, average_attn_weights=False,
-    )  # fmt: skip
+        need_weights=True,
+        average_attn_weights=False,
+    )
 
     bias = attention_bias(pad_mask, 6, causal)
     kwargs = dict(context=None if kind == "self" else context, attn_bias=bias, is_causal=causal and bias is None)

@@ -54,8 +54,11 @@ def test_python_dash_m_reports_errors_without_traceback(tmp_path):
     bad.write_text("model:\n  d_model: 64\n   n_heads: 4\n")
     process = subprocess.run(
         [sys.executable, "-m", "tinytf", "config", "show", str(bad)],
-        capture_output=True, text=True, timeout=120, env=SUBPROCESS_ENV,
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=SUBPROCESS_ENV,
+    )
     assert process.returncode == 2
     assert "Traceback" not in process.stderr
     assert (
@@ -92,8 +95,16 @@ def test_tasks_lists_every_task_with_its_architectures_and_keys():
 
 
 # A value for every key of the task section, one that a task using the key accepts.
-TASK_KEY_VALUES = {"vocab_size": 3, "min_len": 3, "max_len": 6, "digits": 2, "answer_order": "lsd", "bos": True,
-                   "tokenizer": "word", "eval_size": 10}  # fmt: skip
+TASK_KEY_VALUES = {
+    "vocab_size": 3,
+    "min_len": 3,
+    "max_len": 6,
+    "digits": 2,
+    "answer_order": "lsd",
+    "bos": True,
+    "tokenizer": "word",
+    "eval_size": 10,
+}
 
 
 @pytest.mark.parametrize("name", sorted(TASKS))

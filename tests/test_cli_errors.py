@@ -83,8 +83,9 @@ def test_usage_errors_are_one_error_line(args, start):
 def test_usage_errors_through_python_dash_m():
     """`python -m tinytf` runs main(), the path a user takes (CliRunner calls the app)."""
     for args, start in USAGE_ERRORS:
-        process = subprocess.run([sys.executable, "-m", "tinytf", *args],
-                                 capture_output=True, text=True, timeout=120, env=SUBPROCESS_ENV)  # fmt: skip
+        process = subprocess.run(
+            [sys.executable, "-m", "tinytf", *args], capture_output=True, text=True, timeout=120, env=SUBPROCESS_ENV
+        )
         assert process.returncode == 2, (args, process.stderr)
         assert process.stderr.startswith(start) and process.stderr.count("\n") == 1, (args, process.stderr)
         assert process.stdout == ""
@@ -92,12 +93,14 @@ def test_usage_errors_through_python_dash_m():
 
 def test_help_still_works():
     for args in (["--help"], ["attend", "--help"], ["config", "--help"]):
-        process = subprocess.run([sys.executable, "-m", "tinytf", *args],
-                                 capture_output=True, text=True, timeout=120, env=SUBPROCESS_ENV)  # fmt: skip
+        process = subprocess.run(
+            [sys.executable, "-m", "tinytf", *args], capture_output=True, text=True, timeout=120, env=SUBPROCESS_ENV
+        )
         assert process.returncode == 0, (args, process.stderr)
         assert "Usage: tinytf" in process.stdout and process.stderr == ""
-    bare = subprocess.run([sys.executable, "-m", "tinytf"], capture_output=True, text=True, timeout=120,
-                          env=SUBPROCESS_ENV)  # fmt: skip
+    bare = subprocess.run(
+        [sys.executable, "-m", "tinytf"], capture_output=True, text=True, timeout=120, env=SUBPROCESS_ENV
+    )
     assert "Usage: tinytf" in bare.stdout and "train" in bare.stdout and "error" not in bare.stderr
     result = invoke("--help")
     assert result.exit_code == 0 and "Usage: " in result.stdout

@@ -190,8 +190,15 @@ main()
 
 def test_ctrl_c_saves_and_prints_the_resume_command(tmp_path):
     data = {**TINY, "train": {**TINY["train"], "steps": 100000, "checkpoint_every": 100000}}
-    command = [sys.executable, "-c", ANNOUNCING_TINYTF, "train", str(write_config(tmp_path, data)),
-               "--runs-dir", str(tmp_path / "runs")]  # fmt: skip
+    command = [
+        sys.executable,
+        "-c",
+        ANNOUNCING_TINYTF,
+        "train",
+        str(write_config(tmp_path, data)),
+        "--runs-dir",
+        str(tmp_path / "runs"),
+    ]
     with open(tmp_path / "stderr.txt", "w+") as stderr:
         process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=stderr, text=True, env=SUBPROCESS_ENV)
         safety_net = threading.Timer(300, process.kill)  # only if the process hangs: the test waits on events
@@ -241,10 +248,12 @@ def test_unwritable_places_are_one_line_errors(trained, tmp_path):
     runs, _ = trained
     blocker = tmp_path / "a-file"
     blocker.write_text("")
-    assert_user_error(invoke("attend", "1 2", "--runs-dir", runs, "--format", "npz", "--out", blocker / "x.npz"),
-                      "cannot write")  # fmt: skip
-    assert_user_error(invoke("train", write_config(tmp_path, TINY), "--runs-dir", blocker / "runs"),
-                      "cannot create a run folder")  # fmt: skip
+    assert_user_error(
+        invoke("attend", "1 2", "--runs-dir", runs, "--format", "npz", "--out", blocker / "x.npz"), "cannot write"
+    )
+    assert_user_error(
+        invoke("train", write_config(tmp_path, TINY), "--runs-dir", blocker / "runs"), "cannot create a run folder"
+    )
 
 
 # ---- attend --target, attend --checkpoint, predict on a language model, resume with more steps
@@ -341,8 +350,11 @@ def greedy_continuation(loaded, prompt):
 
 
 def test_predict_on_a_language_model_prints_the_continuation(tmp_path):
-    data = {**TINY, "task": {"name": "sentences", "min_len": 3, "max_len": 8, "eval_size": 20},
-            "train": {**TINY["train"], "steps": 100, "eval_every": 50, "checkpoint_every": 50, "lr": 0.01}}  # fmt: skip
+    data = {
+        **TINY,
+        "task": {"name": "sentences", "min_len": 3, "max_len": 8, "eval_size": 20},
+        "train": {**TINY["train"], "steps": 100, "eval_every": 50, "checkpoint_every": 50, "lr": 0.01},
+    }
     trained = invoke("train", write_config(tmp_path, data), "--runs-dir", tmp_path / "runs")
     assert trained.exit_code == 0, trained.output
     (run_dir,) = (tmp_path / "runs").iterdir()

@@ -135,10 +135,14 @@ def configured(name, arch, tmp_path, **task_keys):
     path.write_text("the quick brown fox jumps over the lazy dog. " * 40)
     wanted = {"path": str(path), "max_len": 8} | task_keys
     keys = {key: value for key, value in wanted.items() if key in TASKS[name].config_keys}
-    return check_config(config_from_dict({
-        "task": {"name": name, "eval_size": 20} | keys,
-        "model": {"arch": arch, "d_model": 16, "n_heads": 2, "n_layers": 2, "d_ff": 32},
-    }))  # fmt: skip
+    return check_config(
+        config_from_dict(
+            {
+                "task": {"name": name, "eval_size": 20} | keys,
+                "model": {"arch": arch, "d_model": 16, "n_heads": 2, "n_layers": 2, "d_ff": 32},
+            }
+        )
+    )
 
 
 PAIRINGS = [(name, arch) for name in sorted(TASKS) for arch in ARCHS]

@@ -55,15 +55,24 @@ main()
 # The config of the trajectory test: no dropout (each process draws its own masks, so with
 # dropout no two runs on different process counts can be equal), and a learning rate at
 # which 10% of the held-out answers are exact at step 50 of 300.
-EQUAL = {"model": {"dropout": 0.0},
-         "train": {"steps": 300, "eval_every": 10, "lr": 0.01, "batch_size": 16, "stop_at_accuracy": 0.1},
-         "log": {"every": 1, "attention_every": 1000}}  # fmt: skip
+EQUAL = {
+    "model": {"dropout": 0.0},
+    "train": {"steps": 300, "eval_every": 10, "lr": 0.01, "batch_size": 16, "stop_at_accuracy": 0.1},
+    "log": {"every": 1, "attention_every": 1000},
+}
 
 
 def torchrun(*args, cwd, timeout=120, **popen):
     """Run a 2-process torchrun job to its end; its CompletedProcess (text output)."""
-    return subprocess.run([*TORCHRUN, *map(str, args)], cwd=cwd, env=SUBPROCESS_ENV, capture_output=True, text=True,
-                          timeout=timeout, **popen)  # fmt: skip
+    return subprocess.run(
+        [*TORCHRUN, *map(str, args)],
+        cwd=cwd,
+        env=SUBPROCESS_ENV,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        **popen,
+    )
 
 
 def script(folder, name, *parts):
@@ -74,8 +83,10 @@ def script(folder, name, *parts):
 
 def gradient_differences(expected, actual):
     """Per step, the largest ||g_N - g_1|| / ||g_1|| over the parameter tensors."""
-    return [max(float((b - a).norm() / a.norm()) for a, b in zip(one, other, strict=True))
-            for one, other in zip(expected, actual, strict=True)]  # fmt: skip
+    return [
+        max(float((b - a).norm() / a.norm()) for a, b in zip(one, other, strict=True))
+        for one, other in zip(expected, actual, strict=True)
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -103,8 +114,14 @@ def equal_runs(tmp_path_factory):
     job = torchrun(runner, folder / "grads.pt", "train", config, "--runs-dir", folder / "two", cwd=folder)
     seconds = time.perf_counter() - start
     assert job.returncode == 0, job.stderr[-3000:]
-    return {"folder": folder, "single": single, "one": one, "two": torch.load(folder / "grads.pt"), "job": job,
-            "seconds": seconds}  # fmt: skip
+    return {
+        "folder": folder,
+        "single": single,
+        "one": one,
+        "two": torch.load(folder / "grads.pt"),
+        "job": job,
+        "seconds": seconds,
+    }
 
 
 def test_two_processes_sum_to_the_one_process_gradient(equal_runs):
@@ -133,8 +150,9 @@ def test_two_processes_follow_the_one_process_losses_and_stop_at_the_same_step(e
 def test_a_muon_job_follows_the_one_process_losses(tmp_path):
     """Muon's orthogonalised step, on the summed gradient every process holds, is the
     same in each: the job follows the one-process run."""
-    data = tiny_data(**{**EQUAL, "train": {**EQUAL["train"], "optimizer": "muon", "steps": 20,
-                                            "stop_at_accuracy": None}})  # fmt: skip
+    data = tiny_data(
+        **{**EQUAL, "train": {**EQUAL["train"], "optimizer": "muon", "steps": 20, "stop_at_accuracy": None}}
+    )
     single = train(config_from_dict(data), runs_dir=tmp_path / "one")
     job = torchrun("-m", "tinytf", "train", write_config(tmp_path, data), "--runs-dir", tmp_path / "two", cwd=tmp_path)
     assert job.returncode == 0, job.stderr[-3000:]
@@ -151,8 +169,12 @@ def test_rank_0_alone_writes_one_run_folder_and_reports(equal_runs):
     events = [name for name in files if name.startswith("events.out.tfevents.")]
     assert len(events) == 1  # one TensorBoard writer: rank 0's
     assert [name for name in files if name not in events] == [
-        "checkpoints/best.pt", "checkpoints/last.pt", "config.yaml", "metrics.jsonl", "vocab.json"
-    ]  # fmt: skip
+        "checkpoints/best.pt",
+        "checkpoints/last.pt",
+        "config.yaml",
+        "metrics.jsonl",
+        "vocab.json",
+    ]
     assert sorted(path.name for path in folder.iterdir()) == ["capture.py", "grads.pt", "one", "tiny.yaml", "two"]
     assert job.stdout.count("run: ") == 1 and "best validation" in job.stdout
     # The checkpoint holds the bare model (no DDP "module." prefix): any command reads it.
@@ -210,13 +232,22 @@ def test_resume_after_every_process_was_killed_equals_the_uninterrupted_job(tmp_
     """
     runner = script(tmp_path, "pause.py", pause, RUN_CLI)
     command = [*TORCHRUN, str(runner), "train", str(config), "--runs-dir", str(tmp_path / "killed")]
-    job = subprocess.Popen(command, cwd=tmp_path, env=SUBPROCESS_ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                           text=True)  # fmt: skip
+    job = subprocess.Popen(
+        command, cwd=tmp_path, env=SUBPROCESS_ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     try:
         wait_for((tmp_path / "paused").exists, job)
     finally:
-        kill_all([job.pid, *(int((tmp_path / f"pid.{rank}").read_text()) for rank in (0, 1)
-                             if (tmp_path / f"pid.{rank}").exists())])  # fmt: skip
+        kill_all(
+            [
+                job.pid,
+                *(
+                    int((tmp_path / f"pid.{rank}").read_text())
+                    for rank in (0, 1)
+                    if (tmp_path / f"pid.{rank}").exists()
+                ),
+            ]
+        )
         job.communicate(timeout=30)
     (killed,) = (tmp_path / "killed").iterdir()
     assert load_checkpoint(checkpoint_path(killed, "last"))["step"] == 8
@@ -276,12 +307,21 @@ def test_no_gloo_thread_outlives_the_job(tmp_path):
 
 
 def test_ctrl_c_saves_once_from_rank_0_and_every_process_exits(tmp_path):
-    data = tiny_data(train={"steps": 100_000, "eval_every": 100_000, "checkpoint_every": 100_000},
-                     log={"every": 20, "attention_every": 100_000})  # fmt: skip
+    data = tiny_data(
+        train={"steps": 100_000, "eval_every": 100_000, "checkpoint_every": 100_000},
+        log={"every": 20, "attention_every": 100_000},
+    )
     config = write_config(tmp_path, data)
     command = [*TORCHRUN, "-m", "tinytf", "train", str(config), "--runs-dir", str(tmp_path / "runs")]
-    job = subprocess.Popen(command, cwd=tmp_path, env=SUBPROCESS_ENV, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                           text=True, start_new_session=True)  # fmt: skip
+    job = subprocess.Popen(
+        command,
+        cwd=tmp_path,
+        env=SUBPROCESS_ENV,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         wait_for(lambda: any((tmp_path / "runs").glob("*/metrics.jsonl")), job)  # training has begun
         start = time.perf_counter()
@@ -325,8 +365,10 @@ def test_a_batch_that_cannot_be_shared_is_one_error_line_from_rank_0(tmp_path):
     job = torchrun("-m", "tinytf", "train", config, "--runs-dir", tmp_path / "runs", cwd=tmp_path)
     assert job.returncode != 0
     ours = [line for line in job.stderr.splitlines() if line.startswith("error: ")]
-    assert ours == ["error: train.batch_size=9: the global batch, shared equally by the 2 processes of this "
-                    "torchrun job; use a multiple of 2"]  # fmt: skip
+    assert ours == [
+        "error: train.batch_size=9: the global batch, shared equally by the 2 processes of this "
+        "torchrun job; use a multiple of 2"
+    ]
     assert "[rank0]: Traceback" not in job.stderr and "[rank1]: Traceback" not in job.stderr
     assert "exitcode  : 2" in job.stderr  # a user error's exit code (torchrun reports the first to stop)
     assert not (tmp_path / "runs").exists()
@@ -354,8 +396,12 @@ def test_threads_count_as_the_users_when_the_launcher_had_them(monkeypatch, laun
     # A stand-in launcher: a process started with (or without) the variable, as our parent.
     # It says when it runs (its environment is then its own) and waits for its stdin to close.
     waits = "import sys; print('running', flush=True); sys.stdin.read()"
-    launcher = subprocess.Popen([sys.executable, "-c", waits], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                env={"PATH": os.environ.get("PATH", ""), **launcher_env})  # fmt: skip
+    launcher = subprocess.Popen(
+        [sys.executable, "-c", waits],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        env={"PATH": os.environ.get("PATH", ""), **launcher_env},
+    )
     try:
         assert launcher.stdout.readline() == b"running\n"
         environ = Path(f"/proc/{launcher.pid}/environ").read_bytes().split(b"\0")
@@ -385,8 +431,15 @@ def test_sigterm_under_torchrun_stops_at_a_step_boundary_and_saves(tmp_path, mon
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    environment = {"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1",
-                   "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "OMP_NUM_THREADS": "1"}  # fmt: skip
+    environment = {
+        "RANK": "0",
+        "WORLD_SIZE": "1",
+        "LOCAL_RANK": "0",
+        "LOCAL_WORLD_SIZE": "1",
+        "MASTER_ADDR": "127.0.0.1",
+        "MASTER_PORT": str(port),
+        "OMP_NUM_THREADS": "1",
+    }
     for name, value in environment.items():
         monkeypatch.setenv(name, value)
     threads = torch.get_num_threads()

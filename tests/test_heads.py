@@ -89,8 +89,10 @@ def test_label_is_the_best_pattern_from_one_half_on():
 
 
 def tiny_model(arch: str, task_name: str = "reverse", seed: int = 0):
-    config = tiny_config(task={"name": task_name, "vocab_size": 6, "min_len": 3, "max_len": 6},
-                         model={"arch": arch, "n_layers": 2, "n_heads": 2, "dropout": 0.0})  # fmt: skip
+    config = tiny_config(
+        task={"name": task_name, "vocab_size": 6, "min_len": 3, "max_len": 6},
+        model={"arch": arch, "n_layers": 2, "n_heads": 2, "dropout": 0.0},
+    )
     torch.manual_seed(seed)
     task = get_task(config.task)
     return build_model(config).eval(), get_framing(task, arch), task
@@ -184,8 +186,12 @@ def test_zero_ablation_is_the_hook_on_z():
 
 
 def test_a_language_model_scores_its_alignment_on_the_sequence():
-    config = config_from_dict({"task": {"name": "sentences", "min_len": 3, "max_len": 8},
-                               "model": {"d_model": 16, "n_heads": 2, "n_layers": 1, "d_ff": 0}})  # fmt: skip
+    config = config_from_dict(
+        {
+            "task": {"name": "sentences", "min_len": 3, "max_len": 8},
+            "model": {"d_model": 16, "n_heads": 2, "n_layers": 1, "d_ff": 0},
+        }
+    )
     torch.manual_seed(0)
     task = get_task(config.task)
     model = build_model(config).eval()
@@ -220,8 +226,14 @@ def test_heads_json_has_the_documented_shape(run_dir, tmp_path):
     assert data["inputs"] == 10 and data["patterns"] == [*GENERIC_PATTERNS, "sort"] and data["ablate"] == "mean"
     head = data["heads"][0]
     assert set(head) == {"stack", "layer", "kind", "head", "scores", "entropy", "label", "ablation"}
-    assert set(head["ablation"]) == {"loss", "token_acc", "seq_acc", "loss_change", "token_acc_change",
-                                     "seq_acc_change"}  # fmt: skip
+    assert set(head["ablation"]) == {
+        "loss",
+        "token_acc",
+        "seq_acc",
+        "loss_change",
+        "token_acc_change",
+        "seq_acc_change",
+    }
     assert all(0 <= value <= 1 for h in data["heads"] for value in h["scores"].values() if value is not None)
 
 

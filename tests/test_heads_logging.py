@@ -54,8 +54,10 @@ def test_loggers_get_a_head_report_with_every_attention_map(arch):
     trainer, _ = trained_parts(tiny_config(model={"arch": arch}), [recorder])
     reports = recorder.of("heads")
     assert [step for step, _ in reports] == [6, 12]  # with the attention maps: every 6 steps, and at the end
-    attentions = {"decoder": ["decoder.0.self"], "encoder-decoder": ["encoder.0.self", "decoder.0.self",
-                                                                     "decoder.0.cross"]}[arch]  # fmt: skip
+    attentions = {
+        "decoder": ["decoder.0.self"],
+        "encoder-decoder": ["encoder.0.self", "decoder.0.self", "decoder.0.cross"],
+    }[arch]
     expected_names = [f"{attention}.{h}" for attention in attentions for h in range(2)]
     for _, report in reports:
         assert report.patterns == [*GENERIC_PATTERNS, "sort"]
@@ -147,8 +149,13 @@ def test_scoring_heads_never_changes_the_training_run(arch, tmp_path):
     (scored, scored_log), (plain, plain_log) = runs[True], runs[False]
     assert len(scored_log.of("heads")) == 12 and plain_log.of("heads") == []
     assert scored.final == plain.final and scored.best == plain.best
-    untimed = [[(step, split, {k: v for k, v in values.items() if k != "tokens_per_s"})
-                for step, split, values in log.of("metrics")] for log in (scored_log, plain_log)]  # fmt: skip
+    untimed = [
+        [
+            (step, split, {k: v for k, v in values.items() if k != "tokens_per_s"})
+            for step, split, values in log.of("metrics")
+        ]
+        for log in (scored_log, plain_log)
+    ]
     assert untimed[0] == untimed[1]
     weights = [load_checkpoint(checkpoint_path(run.run_dir, "last"))["model"] for run in (scored, plain)]
     assert weights[0].keys() == weights[1].keys()
@@ -182,8 +189,10 @@ def full_drawing(report):
 
 
 def random_report(rng, n_heads=6):
-    scores = [{"self": rng.random(), "first": rng.random(), "copy": None if h < 2 else rng.random() ** 0.2}
-              for h in range(n_heads)]  # fmt: skip
+    scores = [
+        {"self": rng.random(), "first": rng.random(), "copy": None if h < 2 else rng.random() ** 0.2}
+        for h in range(n_heads)
+    ]
     return report_of(scores)
 
 
@@ -222,8 +231,12 @@ def test_a_score_grid_of_other_heads_is_drawn_afresh():
 
 def test_a_large_model_still_gets_a_readable_grid():
     rng = np.random.default_rng(2)
-    heads = [HeadScore(stack, layer, kind, h, {p: rng.random() for p in GENERIC_PATTERNS}, 1.0)
-             for stack, kind in (("decoder", "self"),) for layer in range(8) for h in range(8)]  # fmt: skip
+    heads = [
+        HeadScore(stack, layer, kind, h, {p: rng.random() for p in GENERIC_PATTERNS}, 1.0)
+        for stack, kind in (("decoder", "self"),)
+        for layer in range(8)
+        for h in range(8)
+    ]
     image = HeadScoreImages().render(HeadReport(64, list(GENERIC_PATTERNS), heads))
     height, width, _ = image.shape
     assert width <= 2400 and height <= 400  # 64 columns of 0.32 in at 100 dpi

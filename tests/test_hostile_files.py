@@ -29,8 +29,11 @@ def run(tmp_path_factory):
 
 
 def snapshot(run_dir):
-    return {str(p.relative_to(run_dir)): hashlib.sha256(p.read_bytes()).hexdigest()
-            for p in sorted(run_dir.rglob("*")) if p.is_file()}  # fmt: skip
+    return {
+        str(p.relative_to(run_dir)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(run_dir.rglob("*"))
+        if p.is_file()
+    }
 
 
 # ---- a config inside a folder the user cannot enter
@@ -54,8 +57,13 @@ def deny_entry(monkeypatch, folder):
 
         return denied
 
-    for module, name, listing in [(os, "stat", False), (os, "open", False), (builtins, "open", False),
-                                  (os, "listdir", True), (os, "scandir", True)]:  # fmt: skip
+    for module, name, listing in [
+        (os, "stat", False),
+        (os, "open", False),
+        (builtins, "open", False),
+        (os, "listdir", True),
+        (os, "scandir", True),
+    ]:
         monkeypatch.setattr(module, name, guard(getattr(module, name), listing))
 
 
@@ -137,15 +145,26 @@ def replaced(**values):
 
 
 def optimizer_groups(**values):
-    return lambda state: {**state, "optimizer": {**state["optimizer"], "param_groups": [
-        {**group, **values} for group in state["optimizer"]["param_groups"]]}}  # fmt: skip
+    return lambda state: {
+        **state,
+        "optimizer": {
+            **state["optimizer"],
+            "param_groups": [{**group, **values} for group in state["optimizer"]["param_groups"]],
+        },
+    }
 
 
 def optimizer_parts_groups(**values):
     """`optimizer_groups` for a CombinedOptimizer's state: every part's groups."""
-    return lambda state: {**state, "optimizer": {"parts": [
-        {**part, "param_groups": [{**group, **values} for group in part["param_groups"]]}
-        for part in state["optimizer"]["parts"]]}}  # fmt: skip
+    return lambda state: {
+        **state,
+        "optimizer": {
+            "parts": [
+                {**part, "param_groups": [{**group, **values} for group in part["param_groups"]]}
+                for part in state["optimizer"]["parts"]
+            ]
+        },
+    }
 
 
 TAMPERINGS = {
@@ -163,14 +182,25 @@ RESUME_ONLY = {  # what only a resumed run reads: attend, eval and predict do no
     "no rng": (without("rng", "optimizer"), "it has no 'optimizer', 'rng': not a whole training state"),
     "rng is not tensors": (lambda s: {**s, "rng": {"torch": "x", "data": 1}}, "'rng' should hold the tensors"),
     "learning rate is a string": (optimizer_groups(lr="abc"), "'optimizer'.param_groups.0.lr is 'abc', not a number"),
-    "schedule step is a string": (lambda s: {**s, "scheduler": {**s["scheduler"], "last_epoch": "x"}},
-                                  "'scheduler'.last_epoch is 'x', not a number"),
-    "moments of the wrong shape": (lambda s: {**s, "optimizer": {**s["optimizer"], "state": {
-        index: {**moments, "exp_avg": torch.zeros(2)} for index, moments in s["optimizer"]["state"].items()}}},
-        "exp_avg is a tensor of shape (2,), not a tensor of shape"),
+    "schedule step is a string": (
+        lambda s: {**s, "scheduler": {**s["scheduler"], "last_epoch": "x"}},
+        "'scheduler'.last_epoch is 'x', not a number",
+    ),
+    "moments of the wrong shape": (
+        lambda s: {
+            **s,
+            "optimizer": {
+                **s["optimizer"],
+                "state": {
+                    index: {**moments, "exp_avg": torch.zeros(2)} for index, moments in s["optimizer"]["state"].items()
+                },
+            },
+        },
+        "exp_avg is a tensor of shape (2,), not a tensor of shape",
+    ),
     "best score is text": (replaced(best_score=["a", "b"]), "'best' and 'best_score' should hold numbers"),
     "best lacks its metrics": (replaced(best={"step": 3}), "'best' should be empty or have step"),
-}  # fmt: skip
+}
 
 
 def tampered_copy(run, tmp_path, tamper):
@@ -297,8 +327,13 @@ def test_shades_fall_back_to_ascii_where_the_output_cannot_show_them():
 
 def test_attend_under_cp1252_prints_ascii_shades(run):
     env = {**SUBPROCESS_ENV, "PYTHONIOENCODING": "cp1252"}
-    result = subprocess.run([sys.executable, "-m", "tinytf", "attend", "0 1 2", "--run", str(run)], env=env,
-                            cwd=ROOT, capture_output=True, timeout=120)  # fmt: skip
+    result = subprocess.run(
+        [sys.executable, "-m", "tinytf", "attend", "0 1 2", "--run", str(run)],
+        env=env,
+        cwd=ROOT,
+        capture_output=True,
+        timeout=120,
+    )
     stdout, stderr = result.stdout.decode("cp1252"), result.stderr.decode("cp1252", "replace")
     assert result.returncode == 0, stderr
     assert "Traceback" not in stderr and "UnicodeEncodeError" not in stderr

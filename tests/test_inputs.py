@@ -49,8 +49,10 @@ def never_stops(model):
 
 def test_a_decoder_input_whose_answer_would_not_fit_is_refused_saying_how_long_it_may_be():
     model, framing = untrained("decoder", max_len=13)  # sort up to 5: source <sep> answer = 11 tokens
-    message = ("the input has 8 tokens; with <sep> and its answer (up to 5 tokens) this model's max_len=13 "
-               "leaves room for inputs of up to 7")  # fmt: skip
+    message = (
+        "the input has 8 tokens; with <sep> and its answer (up to 5 tokens) this model's max_len=13 "
+        "leaves room for inputs of up to 7"
+    )
     with pytest.raises(UserError, match=re.escape(message)):
         framing.typed_input("1 2 3 4 0 1 2 3", 13)  # fits alone (9 tokens with <sep>), not with its answer
     with pytest.raises(UserError, match="leaves room for inputs of up to 7"):
@@ -115,8 +117,9 @@ def test_symbol_tasks_were_trained_on_min_len_to_max_len():
     assert framing.length_note(framing.typed_input("1 2 3", 256)) is None
     assert framing.length_note(framing.typed_input("1 2 3 4 0", 256)) is None
     short = framing.length_note(framing.typed_input("1 2", 256))
-    assert short == ("the input has 2 tokens; the model was trained on inputs of 3 to 5 tokens only, "
-                     "so its output may be wrong")  # fmt: skip
+    assert short == (
+        "the input has 2 tokens; the model was trained on inputs of 3 to 5 tokens only, so its output may be wrong"
+    )
     assert "has 6 tokens" in framing.length_note(framing.typed_input("1 2 3 4 0 1", 256))
 
 
@@ -282,6 +285,10 @@ def test_answers_to_no_examples_are_an_empty_list_and_evaluate_refuses_them(arch
     assert predict(model, framing, []) == []
     with pytest.raises(ValueError, match="evaluate: `pairs` holds no examples"):
         evaluate(model, framing, no_examples)
-    empty = Pairs(torch.zeros(0, 0, dtype=torch.long), torch.zeros(0, dtype=torch.long),
-                  torch.zeros(0, 0, dtype=torch.long), torch.zeros(0, dtype=torch.long))  # fmt: skip
+    empty = Pairs(
+        torch.zeros(0, 0, dtype=torch.long),
+        torch.zeros(0, dtype=torch.long),
+        torch.zeros(0, 0, dtype=torch.long),
+        torch.zeros(0, dtype=torch.long),
+    )
     assert framing.answers(model, empty) == []

@@ -97,10 +97,14 @@ def test_padding_does_not_change_real_positions(arch):
         source_pad_mask[1, short_source_len:] = True
 
     for return_attention in (False, True):
-        batched = model(tokens, source=source, pad_mask=pad_mask, source_pad_mask=source_pad_mask,
-                        return_attention=return_attention)  # fmt: skip
-        alone = model(tokens[1:, :short_len], source=None if source is None else source[1:, :short_source_len],
-                      return_attention=return_attention)  # fmt: skip
+        batched = model(
+            tokens, source=source, pad_mask=pad_mask, source_pad_mask=source_pad_mask, return_attention=return_attention
+        )
+        alone = model(
+            tokens[1:, :short_len],
+            source=None if source is None else source[1:, :short_source_len],
+            return_attention=return_attention,
+        )
         if return_attention:
             batched, alone = batched[0], alone[0]
         torch.testing.assert_close(batched[1:, :short_len], alone, atol=1e-5, rtol=1e-5)
@@ -113,8 +117,13 @@ def test_fully_padded_sequences_give_finite_logits(arch):
     everything = torch.ones_like(tokens, dtype=torch.bool)
     source_everything = None if source is None else torch.ones_like(source, dtype=torch.bool)
     for return_attention in (False, True):
-        out = model(tokens, source=source, pad_mask=everything, source_pad_mask=source_everything,
-                    return_attention=return_attention)  # fmt: skip
+        out = model(
+            tokens,
+            source=source,
+            pad_mask=everything,
+            source_pad_mask=source_everything,
+            return_attention=return_attention,
+        )
         logits = out[0] if return_attention else out
         assert torch.isfinite(logits).all()
 
@@ -138,8 +147,9 @@ def test_every_dimension_comes_from_the_config():
     assert model.token_embedding.weight.shape == (17, 24)
     assert model.decoder.layers[0].ffn.up.weight.shape == (40, 24)
     assert model.encoder.layers[0].self_attn.head_dim == 8
-    logits, attention = model(torch.zeros(2, 11, dtype=torch.long), source=torch.zeros(2, 4, dtype=torch.long),
-                              return_attention=True)  # fmt: skip
+    logits, attention = model(
+        torch.zeros(2, 11, dtype=torch.long), source=torch.zeros(2, 4, dtype=torch.long), return_attention=True
+    )
     assert logits.shape == (2, 11, 17)
     assert attention["decoder.0.cross"].shape == (2, 3, 11, 4)
     with pytest.raises(ValueError, match="max_len=11"):
@@ -196,8 +206,9 @@ def test_encode_and_decode_compose_to_forward(arch):
     if source_pad_mask is not None:
         source_pad_mask[1, 3:] = True
 
-    logits, attention = model(tokens, source=source, pad_mask=pad_mask, source_pad_mask=source_pad_mask,
-                              return_attention=True)  # fmt: skip
+    logits, attention = model(
+        tokens, source=source, pad_mask=pad_mask, source_pad_mask=source_pad_mask, return_attention=True
+    )
     context, encoder_weights = None, []
     if source is not None:
         context, encoder_weights = model.encode(source, source_pad_mask, return_attention=True)

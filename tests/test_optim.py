@@ -16,12 +16,21 @@ from tinytf.training import _assemble
 
 
 def muon_config(train=None, **model):
-    return config_from_dict({
-        "task": {"name": "reverse"},
-        "model": {"arch": "encoder-decoder", "d_model": 16, "n_heads": 2, "n_layers": 1, "d_ff": 32,
-                  "positional": "learned", **model},
-        "train": {"optimizer": "muon", "lr": 1e-2, "weight_decay": 0.1, "betas": [0.8, 0.95], **(train or {})},
-    })  # fmt: skip
+    return config_from_dict(
+        {
+            "task": {"name": "reverse"},
+            "model": {
+                "arch": "encoder-decoder",
+                "d_model": 16,
+                "n_heads": 2,
+                "n_layers": 1,
+                "d_ff": 32,
+                "positional": "learned",
+                **model,
+            },
+            "train": {"optimizer": "muon", "lr": 1e-2, "weight_decay": 0.1, "betas": [0.8, 0.95], **(train or {})},
+        }
+    )
 
 
 def names_of(model, parameters):
@@ -136,15 +145,21 @@ def test_muon_takes_the_hidden_matrices_and_adamw_the_rest(tie_embeddings):
     in_adamw = names_of(model, [p for group in adamw.param_groups for p in group["params"]])
     every = {name for name, _ in model.named_parameters()}
     assert in_muon | in_adamw == every and not in_muon & in_adamw  # each weight once
-    hidden = {name for name, p in model.named_parameters()
-              if p.dim() == 2 and name.endswith(("proj.weight", "up.weight", "down.weight"))}  # fmt: skip
+    hidden = {
+        name
+        for name, p in model.named_parameters()
+        if p.dim() == 2 and name.endswith(("proj.weight", "up.weight", "down.weight"))
+    }
     assert in_muon == hidden and len(hidden) == 10  # encoder: qkv, out, up, down; decoder: 6 with cross-attention
     assert "token_embedding.weight" in in_adamw and ("lm_head.weight" in in_adamw) == (not tie_embeddings)
     decayed, not_decayed = adamw.param_groups
     assert decayed["weight_decay"] == muon.param_groups[0]["weight_decay"] == 0.1 and not_decayed["weight_decay"] == 0
     assert decayed["betas"] == (0.8, 0.95)
-    assert all("positions" in name or p.dim() == 1 for name, p in model.named_parameters()
-               if any(p is q for q in not_decayed["params"]))  # fmt: skip
+    assert all(
+        "positions" in name or p.dim() == 1
+        for name, p in model.named_parameters()
+        if any(p is q for q in not_decayed["params"])
+    )
 
 
 def test_adamw_alone_by_default():
@@ -163,8 +178,10 @@ def test_the_composite_steps_exactly_as_its_parts_alone():
     in_muon = names_of(model, optimizer.parts[0].param_groups[0]["params"])
     hidden = [p for name, p in twin.named_parameters() if name in in_muon]
     rest = [p for p in twin.parameters() if all(p is not q for q in hidden)]
-    alone = [Muon(hidden, lr=1e-2, weight_decay=0.1),
-             torch.optim.AdamW(rest, lr=1e-2, betas=(0.8, 0.95), weight_decay=0.0, fused=True)]  # fmt: skip
+    alone = [
+        Muon(hidden, lr=1e-2, weight_decay=0.1),
+        torch.optim.AdamW(rest, lr=1e-2, betas=(0.8, 0.95), weight_decay=0.0, fused=True),
+    ]
     # (AdamW's decay differs between its two groups; the test compares without decay there)
     for group in optimizer.parts[1].param_groups:
         group["weight_decay"] = 0.0

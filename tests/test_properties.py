@@ -257,8 +257,26 @@ def as_yaml_value(value) -> str:
     return yaml.safe_dump(value, default_flow_style=True, width=10**6).removesuffix("\n...\n").strip()
 
 
-ODD_VALUES = ["[1, 2]", "{a: 1}", "&a [*a]", "!!python/object:os.system", "'unterminated", "a: b", "- x", "{",
-              "*alias", "null", "~", "", " ", "yes", "0.9,0.98", "[0.9, 0.98]", "=", "a=b"]  # fmt: skip
+ODD_VALUES = [
+    "[1, 2]",
+    "{a: 1}",
+    "&a [*a]",
+    "!!python/object:os.system",
+    "'unterminated",
+    "a: b",
+    "- x",
+    "{",
+    "*alias",
+    "null",
+    "~",
+    "",
+    " ",
+    "yes",
+    "0.9,0.98",
+    "[0.9, 0.98]",
+    "=",
+    "a=b",
+]
 
 
 @st.composite

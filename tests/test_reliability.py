@@ -130,8 +130,15 @@ def trainer_with(tmp_path, make_logger, **train_keys):
     model = build_model(config)
     run_dir = tmp_path / "run"
     (run_dir / "checkpoints").mkdir(parents=True)
-    trainer = Trainer(model, get_framing(task, "decoder"), TaskData(task, 0, 40), config.train, config.log,
-                      [make_logger(model)], run_dir=run_dir)  # fmt: skip
+    trainer = Trainer(
+        model,
+        get_framing(task, "decoder"),
+        TaskData(task, 0, 40),
+        config.train,
+        config.log,
+        [make_logger(model)],
+        run_dir=run_dir,
+    )
     return trainer, model, run_dir
 
 
@@ -148,8 +155,9 @@ class PoisonAt(NullLogger):
 
 
 def test_divergence_stops_keeps_the_last_finite_checkpoint_and_says_what_to_do(tmp_path):
-    trainer, _, run_dir = trainer_with(tmp_path, lambda model: PoisonAt(model, at=5),
-                                       checkpoint_every=4, eval_every=4, steps=12)  # fmt: skip
+    trainer, _, run_dir = trainer_with(
+        tmp_path, lambda model: PoisonAt(model, at=5), checkpoint_every=4, eval_every=4, steps=12
+    )
     with pytest.raises(TrainingDiverged) as caught:
         trainer.run()
     message = str(caught.value)
@@ -357,8 +365,14 @@ class InfiniteGradientAt(NullLogger):
 
 
 def test_a_non_finite_gradient_without_clipping_never_reaches_the_weights(tmp_path):
-    trainer, model, _ = trainer_with(tmp_path, lambda model: InfiniteGradientAt(model, at=3),
-                                     grad_clip=None, checkpoint_every=2, eval_every=2, steps=12)  # fmt: skip
+    trainer, model, _ = trainer_with(
+        tmp_path,
+        lambda model: InfiniteGradientAt(model, at=3),
+        grad_clip=None,
+        checkpoint_every=2,
+        eval_every=2,
+        steps=12,
+    )
     with pytest.raises(TrainingDiverged, match="training diverged at step 3"):
         trainer.run()
     assert all(torch.isfinite(p).all() for p in model.parameters())

@@ -96,8 +96,11 @@ def test_matmul_floor_names_each_product_by_its_place_and_pass():
     products = bench.matmul_floor(shape)
     names = [product.name for product in products]
     assert len(set(names)) == len(names) == shape.layers * (4 * 3 + 6) + 3  # 4 linears + attention, + lm_head
-    assert names[:3] == ["layer 0 qkv_proj forward: X W^T", "layer 0 attention forward: scores Q K^T",
-                         "layer 0 attention forward: output P V"]  # fmt: skip
+    assert names[:3] == [
+        "layer 0 qkv_proj forward: X W^T",
+        "layer 0 attention forward: scores Q K^T",
+        "layer 0 attention forward: output P V",
+    ]
     assert names[-1] == "layer 0 qkv_proj grad wrt weight: dY^T X"  # backward ends where forward began
 
     def flops(selected):
@@ -198,8 +201,22 @@ def test_bench_logging_times_runs_with_and_without_head_scores(tmp_path):
 def test_bench_distributed_measures_a_torchrun_job(tmp_path):
     out = tmp_path / "distributed.json"
     tiny = ["--shape", '{"d_model": 16, "n_heads": 2, "n_layers": 1, "d_ff": 32}', "--sequence", "4", "--batch", "8"]
-    run_script("scripts/bench_distributed.py", "--only", "torchrun", "--rounds", "1", "--steps", "6", "--log-every",
-               "2", "--quiet-wait", "0", *tiny, "--json", str(out))  # fmt: skip
+    run_script(
+        "scripts/bench_distributed.py",
+        "--only",
+        "torchrun",
+        "--rounds",
+        "1",
+        "--steps",
+        "6",
+        "--log-every",
+        "2",
+        "--quiet-wait",
+        "0",
+        *tiny,
+        "--json",
+        str(out),
+    )
     (row,) = json.loads(out.read_text())
     assert row["contender"] == "torchrun 2 x 1 thread" and (row["processes"], row["threads"]) == (2, 1)
     assert row["tokens_per_s"] > 0 and len(row["runs"]) == 1
@@ -207,20 +224,51 @@ def test_bench_distributed_measures_a_torchrun_job(tmp_path):
 
 def test_bench_inference_measures_predict_and_eval(tmp_path):
     out = tmp_path / "inference.json"
-    run_script("scripts/bench_inference.py", "--steps", "20", "--inputs", "600", "--rounds", "1", "--threads", "1",
-               "--json", str(out))  # fmt: skip
+    run_script(
+        "scripts/bench_inference.py",
+        "--steps",
+        "20",
+        "--inputs",
+        "600",
+        "--rounds",
+        "1",
+        "--threads",
+        "1",
+        "--json",
+        str(out),
+    )
     result = json.loads(out.read_text())
     assert result["inputs"] == 600 and result["threads"] == 1
-    assert set(result["seconds"]) == {"predict, one at a time", "predict, in file order", "predict, shortest first",
-                                      "eval, in order", "eval, shortest first", "predict --file (CLI)"}  # fmt: skip
+    assert set(result["seconds"]) == {
+        "predict, one at a time",
+        "predict, in file order",
+        "predict, shortest first",
+        "eval, in order",
+        "eval, shortest first",
+        "predict --file (CLI)",
+    }
     assert all(value > 0 for value in result["seconds"].values())
     assert result["gflops"] > 0 and result["matmul_gflops"] > 0
 
 
 def test_muon_step_times_three_optimizers_of_one_config(tmp_path):
     out = tmp_path / "muon.json"
-    run_script("scripts/muon_step.py", "configs/copy-encoder.yaml", "--precision", "fp32", "--threads", "1", "--warmup",
-               "1", "--rounds", "3", "--repeat", "2", "--json", str(out))  # fmt: skip
+    run_script(
+        "scripts/muon_step.py",
+        "configs/copy-encoder.yaml",
+        "--precision",
+        "fp32",
+        "--threads",
+        "1",
+        "--warmup",
+        "1",
+        "--rounds",
+        "3",
+        "--repeat",
+        "2",
+        "--json",
+        str(out),
+    )
     (row,) = json.loads(out.read_text())
     assert row["config"] == "copy-encoder.yaml" and row["precision"] == "fp32"
     assert all(row[f"{name} ms"] > 0 for name in ("adamw", "tinytf muon", "torch muon"))
@@ -230,9 +278,24 @@ def test_muon_step_times_three_optimizers_of_one_config(tmp_path):
 
 def test_step_times_times_each_variant_against_the_first(tmp_path):
     out = tmp_path / "steps.json"
-    run_script("scripts/step_times.py", "configs/copy-encoder.yaml", "--variant", "model.d_ff=256",
-               "--variant", "model.d_ff=32 model.n_layers=1", "--threads", "1", "--warmup", "1", "--rounds", "3",
-               "--repeat", "2", "--json", str(out))  # fmt: skip
+    run_script(
+        "scripts/step_times.py",
+        "configs/copy-encoder.yaml",
+        "--variant",
+        "model.d_ff=256",
+        "--variant",
+        "model.d_ff=32 model.n_layers=1",
+        "--threads",
+        "1",
+        "--warmup",
+        "1",
+        "--rounds",
+        "3",
+        "--repeat",
+        "2",
+        "--json",
+        str(out),
+    )
     rows = json.loads(out.read_text())
     assert [row["variant"] for row in rows] == ["model.d_ff=256", "model.d_ff=32 model.n_layers=1"]
     assert rows[0]["ratio"] == 1.0 and all(row["step_ms"] > 0 for row in rows)
@@ -242,8 +305,21 @@ def test_step_times_times_each_variant_against_the_first(tmp_path):
 
 def test_step_times_can_time_an_evaluation_in_steps(tmp_path):
     out = tmp_path / "steps.json"
-    run_script("scripts/step_times.py", "configs/copy-encoder.yaml", "--evaluation", "--threads", "1", "--warmup",
-               "1", "--rounds", "2", "--repeat", "1", "--json", str(out))  # fmt: skip
+    run_script(
+        "scripts/step_times.py",
+        "configs/copy-encoder.yaml",
+        "--evaluation",
+        "--threads",
+        "1",
+        "--warmup",
+        "1",
+        "--rounds",
+        "2",
+        "--repeat",
+        "1",
+        "--json",
+        str(out),
+    )
     (row,) = json.loads(out.read_text())
     assert row["evaluation_ms"] > 0
     assert row["evaluation_steps"] == pytest.approx(row["evaluation_ms"] / row["step_ms"])
@@ -252,8 +328,9 @@ def test_step_times_can_time_an_evaluation_in_steps(tmp_path):
 def test_table_side_by_side_trains_each_config_in_both_trees(tmp_path):
     """Against HEAD, the committed code, with one quick config: a row per tree and the ratio."""
     out = tmp_path / "side.json"
-    run_script("scripts/table_side_by_side.py", "--against", "HEAD", "copy-encoder.yaml", "--threads", "1",
-               "--json", str(out))  # fmt: skip
+    run_script(
+        "scripts/table_side_by_side.py", "--against", "HEAD", "copy-encoder.yaml", "--threads", "1", "--json", str(out)
+    )
     result = json.loads(out.read_text())
     (row,) = result["rows"]
     assert row["config"] == "copy-encoder.yaml"
@@ -264,11 +341,19 @@ def test_table_side_by_side_trains_each_config_in_both_trees(tmp_path):
 
 
 def test_table_side_by_side_refuses_an_unknown_commit_or_config():
-    cases = [(["--against", "no-such-commit"], "cannot export 'no-such-commit'"),
-             (["--against", "HEAD", "nope.yaml"], "no such config in either tree: nope.yaml")]  # fmt: skip
+    cases = [
+        (["--against", "no-such-commit"], "cannot export 'no-such-commit'"),
+        (["--against", "HEAD", "nope.yaml"], "no such config in either tree: nope.yaml"),
+    ]
     for args, message in cases:
-        done = subprocess.run([sys.executable, "scripts/table_side_by_side.py", *args], cwd=ROOT, env=SUBPROCESS_ENV,
-                              capture_output=True, text=True, check=False)  # fmt: skip
+        done = subprocess.run(
+            [sys.executable, "scripts/table_side_by_side.py", *args],
+            cwd=ROOT,
+            env=SUBPROCESS_ENV,
+            capture_output=True,
+            text=True,
+            check=False,
+        )
         assert done.returncode == 2 and message in done.stderr, done.stderr
 
 
@@ -277,8 +362,23 @@ def test_step_times_can_time_each_variant_on_the_fused_kernel_too(tmp_path):
     attentions = [m for m in trainer.model.modules() if isinstance(m, MultiHeadAttention)]
     assert attentions and all(m.explicit_keys == range(0) for m in attentions)
     out = tmp_path / "steps.json"
-    run_script("scripts/step_times.py", "configs/copy-encoder.yaml", "--variant", "", "--fused-kernel",
-               "--threads", "1", "--warmup", "1", "--rounds", "2", "--repeat", "1", "--json", str(out))  # fmt: skip
+    run_script(
+        "scripts/step_times.py",
+        "configs/copy-encoder.yaml",
+        "--variant",
+        "",
+        "--fused-kernel",
+        "--threads",
+        "1",
+        "--warmup",
+        "1",
+        "--rounds",
+        "2",
+        "--repeat",
+        "1",
+        "--json",
+        str(out),
+    )
     assert [row["variant"] for row in json.loads(out.read_text())] == ["", "[fused kernel]"]
 
 

@@ -30,8 +30,9 @@ def imported_modules(path: Path) -> set[str]:
             found |= {alias.name for alias in node.names}
         elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
             # `from tinytf.tasks import base` imports the module tinytf.tasks.base
-            found |= {f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in MODULES else node.module
-                      for a in node.names}  # fmt: skip
+            found |= {
+                f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in MODULES else node.module for a in node.names
+            }
     return {name for name in found if name in MODULES}
 
 
@@ -167,8 +168,10 @@ def test_modules_import_only_from_their_layer_or_below():
         return layer_of[f"{path.parts[0]}/" if len(path.parts) > 1 else path.name]
 
     placed = {name for name in MODULES if name not in ("tinytf", "tinytf.__main__")}
-    assert all(MODULES[name].name in layer_of or f"{MODULES[name].relative_to(PACKAGE).parts[0]}/" in layer_of
-               for name in placed), "a module is missing from the README's layers"  # fmt: skip
+    assert all(
+        MODULES[name].name in layer_of or f"{MODULES[name].relative_to(PACKAGE).parts[0]}/" in layer_of
+        for name in placed
+    ), "a module is missing from the README's layers"
     upward = [
         f"{a} -> {b}" for a in placed for b in imported_modules(MODULES[a]) if b in placed and layer(b) > layer(a)
     ]

@@ -154,8 +154,9 @@ def test_sentences_vocabulary_and_lengths():
 def test_sentences_verbs_agree_with_their_subject():
     grammar = Grammar(random.Random(0), max_depth=0)  # no clauses inside the subject
     number_of = {noun: number for number in ("sg", "pl") for noun in NOUNS[number]}
-    verb_number = {verb: number for table in (INTRANSITIVE, TRANSITIVE) for number in ("sg", "pl")
-                   for verb in table[number]}  # fmt: skip
+    verb_number = {
+        verb: number for table in (INTRANSITIVE, TRANSITIVE) for number in ("sg", "pl") for verb in table[number]
+    }
     past = set(INTRANSITIVE["past"]) | set(TRANSITIVE["past"])
     checked = 0
     for _ in range(500):
@@ -261,10 +262,14 @@ def test_induction_sampling_is_seeded():
 def test_induction_showcase_is_a_repeat_the_model_can_read(vocab_size, min_len, max_len):
     """Its symbols exist at this vocab_size, and with <bos> it fits the shortest model.max_len
     the config check allows (the showcase's attention maps are logged while training)."""
-    config = check_config(config_from_dict({
-        "task": {"name": "induction", "vocab_size": vocab_size, "min_len": min_len, "max_len": max_len},
-        "model": {"arch": "decoder", "d_model": 16, "n_heads": 2, "d_ff": 0, "max_len": 2 * max_len},
-    }))  # fmt: skip
+    config = check_config(
+        config_from_dict(
+            {
+                "task": {"name": "induction", "vocab_size": vocab_size, "min_len": min_len, "max_len": max_len},
+                "model": {"arch": "decoder", "d_model": 16, "n_heads": 2, "d_ff": 0, "max_len": 2 * max_len},
+            }
+        )
+    )
     task = get_task(config.task)
     tokens = task.showcase.split()
     first = tokens[: min(max(5, min_len), max_len)]

@@ -72,8 +72,16 @@ def test_tensorboard_events_hold_scalars_and_attention_images(tmp_path):
         hparams.update({key: value.string_value or value.number_value for key, value in session.hparams.items()})
     assert hparams["train.betas"] == "[0.9, 0.98]" and hparams["model.d_model"] == 16
     scalars = set(events.Tags()["scalars"])
-    for tag in ("train/loss", "train/token_acc", "train/lr", "train/grad_norm", "train/tokens_per_s",
-                "val/loss", "val/token_acc", "val/seq_acc"):  # fmt: skip
+    for tag in (
+        "train/loss",
+        "train/token_acc",
+        "train/lr",
+        "train/grad_norm",
+        "train/tokens_per_s",
+        "val/loss",
+        "val/token_acc",
+        "val/seq_acc",
+    ):
         assert tag in scalars, tag
     images = [tag for tag in events.Tags()["images"] if "attention" in tag]
     assert "attention/sample0/decoder.0.self" in images
@@ -87,8 +95,11 @@ def test_encoder_decoder_runs_log_cross_attention(tmp_path):
     run_dir = train(config, runs_dir=tmp_path).run_dir
     events = EventAccumulator(str(run_dir), size_guidance={"images": 0})
     events.Reload()
-    assert {"attention/sample0/encoder.0.self", "attention/sample0/decoder.0.self",
-            "attention/sample0/decoder.0.cross"} <= set(events.Tags()["images"])  # fmt: skip
+    assert {
+        "attention/sample0/encoder.0.self",
+        "attention/sample0/decoder.0.self",
+        "attention/sample0/decoder.0.cross",
+    } <= set(events.Tags()["images"])
 
 
 def test_training_is_deterministic_on_cpu(tmp_path):
@@ -121,8 +132,10 @@ def test_a_resumed_run_takes_the_optimizer_settings_of_its_config(tmp_path):
     changed = {"lr": 0.02, "betas": [0.8, 0.9], "weight_decay": 0.5}
     resumed = train(tiny_config(train=changed), resume=stopped.run_dir)
     fresh = train(tiny_config(train=changed), runs_dir=tmp_path / "b")
-    rates = [{r["step"]: r["lr"] for r in read_metrics(run.run_dir) if r["split"] == "train" and r["step"] > 6}
-             for run in (resumed, fresh)]  # fmt: skip
+    rates = [
+        {r["step"]: r["lr"] for r in read_metrics(run.run_dir) if r["split"] == "train" and r["step"] > 6}
+        for run in (resumed, fresh)
+    ]
     assert rates[0] == rates[1] and len(rates[0]) == 3  # steps 8, 10, 12
     groups = load_checkpoint(checkpoint_path(resumed.run_dir, "last"))["optimizer"]["param_groups"]
     assert [g["betas"] for g in groups] == [(0.8, 0.9)] * 2 and groups[0]["weight_decay"] == 0.5
@@ -281,10 +294,13 @@ def test_compiled_and_eager_training_give_the_same_losses(tmp_path):
     """train.compile: true runs the step through torch.compile; the numbers must not change.
     (Without dropout: compiled code draws its dropout masks from a different random stream.)"""
     no_dropout = {"dropout": 0.0}
-    eager = train(tiny_config(model=no_dropout, train={"steps": 6, "eval_every": 100}, log={"every": 1}),
-                  runs_dir=tmp_path / "a")  # fmt: skip
-    compiled = train(tiny_config(model=no_dropout, train={"steps": 6, "eval_every": 100, "compile": True},
-                                 log={"every": 1}), runs_dir=tmp_path / "b")  # fmt: skip
+    eager = train(
+        tiny_config(model=no_dropout, train={"steps": 6, "eval_every": 100}, log={"every": 1}), runs_dir=tmp_path / "a"
+    )
+    compiled = train(
+        tiny_config(model=no_dropout, train={"steps": 6, "eval_every": 100, "compile": True}, log={"every": 1}),
+        runs_dir=tmp_path / "b",
+    )
     losses = [[r["loss"] for r in read_metrics(run.run_dir) if r["split"] == "train"] for run in (eager, compiled)]
     assert len(losses[0]) == 6
     assert losses[1] == pytest.approx(losses[0], abs=1e-4)
@@ -318,8 +334,9 @@ def test_a_trainer_built_from_its_parts_reports_to_its_loggers_and_writes_nothin
     model = build_model(config, vocab_size=len(task.vocab))
     data = TaskData(task, config.seed, config.task.eval_size)
     recorder = RecordingLogger()
-    trainer = Trainer(model, get_framing(task, config.model.arch), data, config.train, config.log, [recorder],
-                      run_dir=None)  # fmt: skip
+    trainer = Trainer(
+        model, get_framing(task, config.model.arch), data, config.train, config.log, [recorder], run_dir=None
+    )
     result = trainer.run()
 
     assert list(tmp_path.iterdir()) == []  # no run folder, no checkpoint, no metrics file
@@ -330,8 +347,11 @@ def test_a_trainer_built_from_its_parts_reports_to_its_loggers_and_writes_nothin
     val = [(step, values) for step, split, values in metrics if split == "val"]
     assert [step for step, _ in val] == [4, 8, 12]
     assert [(step, sample) for step, sample, _ in recorder.of("attention")] == [
-        (6, "sample0"), (6, "sample1"), (12, "sample0"), (12, "sample1")
-    ]  # fmt: skip
+        (6, "sample0"),
+        (6, "sample1"),
+        (12, "sample0"),
+        (12, "sample1"),
+    ]
     texts = recorder.of("text")
     assert [(step, tag) for step, tag, _ in texts] == [(4, "predictions"), (8, "predictions"), (12, "predictions")]
     assert all(markdown.startswith("| input | target | prediction |") for _, _, markdown in texts)

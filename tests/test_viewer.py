@@ -19,8 +19,15 @@ from tinytf.viewer import MIN_LINE, WEIGHT_SCALE, attention_page, page_data, sto
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
-HOSTILE_TOKENS = ["</script><script>window.pwned=1</script>", "<img src=x onerror=window.pwned=2>", "<!--", "&amp;",
-                  '"quoted"', "line\nbreak", "\u2028"]  # fmt: skip
+HOSTILE_TOKENS = [
+    "</script><script>window.pwned=1</script>",
+    "<img src=x onerror=window.pwned=2>",
+    "<!--",
+    "&amp;",
+    '"quoted"',
+    "line\nbreak",
+    "\u2028",
+]
 
 
 def softmax_rows(logits, mask=None):
@@ -55,11 +62,17 @@ def made_report(tokens, source=None, layers=2, heads=3, seed=0, sharp=3.0):
 def made_head_report(report):
     """Scores for every head of `report`: head h of each map scores 0.3 + 0.2 h on `previous`."""
     heads = [
-        HeadScore(m.stack, m.layer, m.kind, m.first_head + h, {"self": 0.1, "previous": 0.3 + 0.2 * h, "first": None},
-                  entropy=0.5 + h)
+        HeadScore(
+            m.stack,
+            m.layer,
+            m.kind,
+            m.first_head + h,
+            {"self": 0.1, "previous": 0.3 + 0.2 * h, "first": None},
+            entropy=0.5 + h,
+        )
         for m in report.maps
         for h in range(m.n_heads)
-    ]  # fmt: skip
+    ]
     return HeadReport(inputs=1, patterns=["self", "previous", "first"], heads=heads)
 
 
@@ -143,8 +156,9 @@ def test_the_page_is_one_file_that_allows_only_its_own_style_and_script():
 
 def test_tokens_cannot_break_out_of_the_data_element():
     report = made_report(["<bos>", *HOSTILE_TOKENS], source=HOSTILE_TOKENS[::-1], layers=1)
-    page = attention_page(report, title="</title><script>window.pwned=3</script>",
-                          facts={"input": "</script>", "<b>": "&lt;"})  # fmt: skip
+    page = attention_page(
+        report, title="</title><script>window.pwned=3</script>", facts={"input": "</script>", "<b>": "&lt;"}
+    )
     (data_text,) = re.findall(r'id="tinytf-data">(.*?)</script>', page, re.S)
     assert "<" not in data_text and ">" not in data_text and "&" not in data_text
     data = page_json(page)
@@ -186,8 +200,10 @@ def test_attend_html_writes_the_next_free_attention_html(runs, tmp_path, monkeyp
     first = invoke("attend", "3 1 2", "--runs-dir", runs.resolve(), "--format", "html")
     second = invoke("attend", "3 1 2", "--runs-dir", runs.resolve(), "--format", "html")
     assert first.exit_code == 0 and second.exit_code == 0, first.output + second.output
-    assert first.stdout.splitlines() == ["wrote attention.html", f"open it in a browser (it needs no network): "
-                                         f"{(tmp_path / 'attention.html').as_uri()}"]  # fmt: skip
+    assert first.stdout.splitlines() == [
+        "wrote attention.html",
+        f"open it in a browser (it needs no network): {(tmp_path / 'attention.html').as_uri()}",
+    ]
     assert second.stdout.startswith("wrote attention-2.html\n")
     assert sorted(path.name for path in tmp_path.iterdir()) == ["attention-2.html", "attention.html"]
     data = page_json((tmp_path / "attention.html").read_text(encoding="utf-8"))
@@ -216,19 +232,27 @@ def test_attend_html_shows_the_selected_layer_and_head(runs, tmp_path):
 
 
 def test_attend_html_out_errors_are_one_line(runs, tmp_path):
-    assert_user_error(invoke("attend", "1 2 3", "--runs-dir", runs, "--format", "html", "--out", tmp_path / "a.png"),
-                      "a .png name for --format html")  # fmt: skip
-    assert_user_error(invoke("attend", "1 2 3", "--runs-dir", runs, "--format", "html", "--out", tmp_path),
-                      "is a folder")  # fmt: skip
+    assert_user_error(
+        invoke("attend", "1 2 3", "--runs-dir", runs, "--format", "html", "--out", tmp_path / "a.png"),
+        "a .png name for --format html",
+    )
+    assert_user_error(
+        invoke("attend", "1 2 3", "--runs-dir", runs, "--format", "html", "--out", tmp_path), "is a folder"
+    )
     missing = tmp_path / "no" / "such" / "page.html"
-    assert_user_error(invoke("attend", "1 2 3", "--runs-dir", runs, "--format", "html", "--out", missing),
-                      "cannot write")  # fmt: skip
+    assert_user_error(
+        invoke("attend", "1 2 3", "--runs-dir", runs, "--format", "html", "--out", missing), "cannot write"
+    )
     assert sorted(tmp_path.iterdir()) == []
 
 
 def test_attend_html_of_an_encoder_decoder_reads_source_and_target(tmp_path):
-    run_dir = train_tiny_run(tmp_path, model={"arch": "encoder-decoder"}, train={"steps": 2, "eval_every": 2,
-                             "checkpoint_every": 2}, log={"attention_every": 100})  # fmt: skip
+    run_dir = train_tiny_run(
+        tmp_path,
+        model={"arch": "encoder-decoder"},
+        train={"steps": 2, "eval_every": 2, "checkpoint_every": 2},
+        log={"attention_every": 100},
+    )
     out = tmp_path / "seq2seq.html"
     assert invoke("attend", "3 1 2", "--run", run_dir, "--format", "html", "--out", out).exit_code == 0
     data = page_json(out.read_text(encoding="utf-8"))

@@ -61,21 +61,34 @@ class AttentionReport:
             n_heads = maps[0].n_heads
             if not 0 <= head < n_heads:
                 raise UserError(f"--head {head} is out of range: the model has heads 0..{n_heads - 1}")
-            maps = [AttentionMap(m.stack, m.layer, m.kind, m.query_tokens, m.key_tokens,
-                                 m.weights[head : head + 1], first_head=head) for m in maps]  # fmt: skip
+            maps = [
+                AttentionMap(
+                    m.stack, m.layer, m.kind, m.query_tokens, m.key_tokens, m.weights[head : head + 1], first_head=head
+                )
+                for m in maps
+            ]
         return AttentionReport(self.tokens, self.source_tokens, self.answer, maps, self.note)
 
     def to_json(self) -> str:
-        return json.dumps({
-            "tokens": self.tokens,
-            "source_tokens": self.source_tokens,
-            "answer": self.answer,
-            "attention": [
-                {"stack": m.stack, "layer": m.layer, "kind": m.kind, "query_tokens": m.query_tokens,
-                 "key_tokens": m.key_tokens, "weights": m.weights.tolist()}
-                for m in self.maps
-            ],
-        }, ensure_ascii=False)  # fmt: skip
+        return json.dumps(
+            {
+                "tokens": self.tokens,
+                "source_tokens": self.source_tokens,
+                "answer": self.answer,
+                "attention": [
+                    {
+                        "stack": m.stack,
+                        "layer": m.layer,
+                        "kind": m.kind,
+                        "query_tokens": m.query_tokens,
+                        "key_tokens": m.key_tokens,
+                        "weights": m.weights.tolist(),
+                    }
+                    for m in self.maps
+                ],
+            },
+            ensure_ascii=False,
+        )
 
     def save_npz(self, path: Path) -> None:
         """One (heads, query, key) array per map, named like "decoder.0.self", plus the tokens."""

@@ -58,8 +58,10 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
     except CheckpointError:
         raise
     except Exception as err:  # a damaged zip can make torch.load fail in many ways (KeyError, IndexError...)
-        raise CheckpointError(f"{path}: not a readable checkpoint, damaged or of another format; not loaded "
-                              f"({type(err).__name__}: {first_line(err)[:80]})") from None  # fmt: skip
+        raise CheckpointError(
+            f"{path}: not a readable checkpoint, damaged or of another format; not loaded "
+            f"({type(err).__name__}: {first_line(err)[:80]})"
+        ) from None
     if not isinstance(state, dict) or state.get("format") != FORMAT:
         raise CheckpointError(f"{path}: not a tinytf checkpoint (expected format {FORMAT!r})")
     checksum = state.pop("checksum", None)  # checkpoints written before checksums have none
@@ -120,8 +122,15 @@ def _kind(value: Any) -> str:
         return "None"
     if isinstance(value, bool):
         return "a boolean"
-    kinds = {int: "a number", float: "a number", str: "a string", torch.Tensor: "a tensor", dict: "a mapping",
-             list: "a list", tuple: "a list"}  # fmt: skip
+    kinds = {
+        int: "a number",
+        float: "a number",
+        str: "a string",
+        torch.Tensor: "a tensor",
+        dict: "a mapping",
+        list: "a list",
+        tuple: "a list",
+    }
     return next((kind for cls, kind in kinds.items() if isinstance(value, cls)), type(value).__name__)
 
 

@@ -193,15 +193,21 @@ def train(
     best = result.best
     typer.echo(f"run: {result.run_dir}")
     if best:
-        typer.echo(f"best validation (step {best['step']}): seq_acc {best['seq_acc']:.3f}, "
-                   f"token_acc {best['token_acc']:.3f}, loss {best['loss']:.4f}")  # fmt: skip
+        typer.echo(
+            f"best validation (step {best['step']}): seq_acc {best['seq_acc']:.3f}, "
+            f"token_acc {best['token_acc']:.3f}, loss {best['loss']:.4f}"
+        )
     typer.echo(f'next: tinytf attend "..." --run {result.run_dir}   |   tensorboard --logdir {runs_dir}')
 
 
 def start_training(
-    config: Path | None, overrides: list[str] | None, runs_dir: Path, name: str | None, device: Device | None,
+    config: Path | None,
+    overrides: list[str] | None,
+    runs_dir: Path,
+    name: str | None,
+    device: Device | None,
     resume: Path | None,
-):  # fmt: skip
+):
     """`train`'s options -> the resolved config -> `tinytf.training.train`; its TrainResult."""
     from tinytf.loggers import ProgressBarLogger
     from tinytf.runs import CONFIG_FILE, resolve_run
@@ -224,8 +230,13 @@ def start_training(
     else:
         resolved = load_config(config, overrides)
         name = name or config.stem
-    return run_training(resolved, runs_dir=runs_dir, name=name or "run", resume=resume,
-                        loggers=[ProgressBarLogger(resolved.train.steps)])  # fmt: skip
+    return run_training(
+        resolved,
+        runs_dir=runs_dir,
+        name=name or "run",
+        resume=resume,
+        loggers=[ProgressBarLogger(resolved.train.steps)],
+    )
 
 
 def launch_command(launch: Launch | None) -> str:
@@ -240,8 +251,10 @@ def launch_command(launch: Launch | None) -> str:
 def check_run_name(name: str, runs_dir: Path) -> None:
     """A `UserError` unless `name` is one plain folder name, so the run stays inside `runs_dir`."""
     if not name or name.startswith(".") or any(char in name for char in "/\\\0"):
-        raise UserError(f"--name {name!r}: a run name is one folder name, without '/', '\\' or a leading '.' "
-                        f"(the run goes inside {runs_dir})")  # fmt: skip
+        raise UserError(
+            f"--name {name!r}: a run name is one folder name, without '/', '\\' or a leading '.' "
+            f"(the run goes inside {runs_dir})"
+        )
 
 
 def load_chosen_run(run: Path | None, runs_dir: Path, checkpoint: Checkpoint):
@@ -375,8 +388,10 @@ def check_out(out: Path, output_format: AttendFormat) -> None:
         raise UserError(f"--out {out}: --format table prints to the terminal; --out is for html, json, npz or png")
     wanted = f".{output_format.value}"
     if out.suffix and out.suffix.lower() != wanted:
-        raise UserError(f"--out {out}: a {out.suffix} name for --format {output_format.value}; "
-                        f"name the file *{wanted} (or give no suffix)")  # fmt: skip
+        raise UserError(
+            f"--out {out}: a {out.suffix} name for --format {output_format.value}; "
+            f"name the file *{wanted} (or give no suffix)"
+        )
     check_writable_file(out, f"attention{wanted}")
 
 
@@ -465,9 +480,11 @@ def heads(
     else:
         intact = ""
         if report.intact is not None:
-            intact = (f"intact: loss {report.intact['loss']:.3f}, token_acc {report.intact['token_acc']:.3f}, "
-                      f"seq_acc {report.intact['seq_acc']:.3f}; each head {ablate.value}-ablated in turn, "
-                      "the most harmful first\n")  # fmt: skip
+            intact = (
+                f"intact: loss {report.intact['loss']:.3f}, token_acc {report.intact['token_acc']:.3f}, "
+                f"seq_acc {report.intact['seq_acc']:.3f}; each head {ablate.value}-ablated in turn, "
+                "the most harmful first\n"
+            )
         content = f"{source}, {scored}\n{intact}{render_table(report)}\n"
     if out is None:
         typer.echo(content, nl=False)
@@ -520,8 +537,11 @@ def predict(
         labels = [f"{file}: line {number}" for number, _ in numbered]
     with progress_bar(len(numbered), "input") as progress:
         answered = predict_answers(loaded.model, loaded.framing, [line for _, line in numbered], labels, progress)
-    notes = [(number, note) for (number, _), (source, _) in zip(numbered, answered, strict=True)
-             if (note := loaded.framing.length_note(loaded.vocab.encode(source)))]  # fmt: skip
+    notes = [
+        (number, note)
+        for (number, _), (source, _) in zip(numbered, answered, strict=True)
+        if (note := loaded.framing.length_note(loaded.vocab.encode(source)))
+    ]
     if notes:  # one line, however many inputs: the first, and how many more
         number, note = notes[0]
         where = f"{file}: line {number}: " if file is not None else ""
@@ -613,8 +633,9 @@ def evaluate_run(
     held_out = first_held_out(loaded, n)
     with progress_bar(len(held_out), "example") as progress:
         metrics = evaluate(loaded.model, loaded.framing, held_out, progress=progress)
-    typer.echo(f"run {loaded.run_dir} ({checkpoint.value} checkpoint, step {loaded.step}), "
-               f"{len(held_out)} held-out examples")  # fmt: skip
+    typer.echo(
+        f"run {loaded.run_dir} ({checkpoint.value} checkpoint, step {loaded.step}), {len(held_out)} held-out examples"
+    )
     for key, value in metrics.items():
         typer.echo(f"{key:>10}: {value:.4f}")
 

@@ -82,11 +82,15 @@ class Launch:
             rank, world_size, local_rank = (int(os.environ[name]) for name in TORCHRUN_VARIABLES)
             local_world_size = int(os.environ.get("LOCAL_WORLD_SIZE", world_size))
         except ValueError:
-            raise UserError(f"{', '.join(TORCHRUN_VARIABLES)} are set but not whole numbers: start tinytf with "
-                            "torchrun, or unset them") from None  # fmt: skip
+            raise UserError(
+                f"{', '.join(TORCHRUN_VARIABLES)} are set but not whole numbers: start tinytf with "
+                "torchrun, or unset them"
+            ) from None
         if missing := [name for name in ("MASTER_ADDR", "MASTER_PORT") if name not in os.environ]:
-            raise UserError(f"{', '.join(TORCHRUN_VARIABLES)} are set but {' and '.join(missing)} not: start "
-                            "tinytf with torchrun, or unset them")  # fmt: skip
+            raise UserError(
+                f"{', '.join(TORCHRUN_VARIABLES)} are set but {' and '.join(missing)} not: start "
+                "tinytf with torchrun, or unset them"
+            )
         return cls(rank, world_size, local_rank, local_world_size)
 
 
@@ -174,9 +178,11 @@ class TorchrunJob:
 
     def check_batch_size(self, batch_size: int) -> None:
         if batch_size % self.world_size:
-            raise ConfigError(f"train.batch_size={batch_size}: the global batch, shared equally by the "
-                              f"{self.world_size} processes of this torchrun job; use a multiple of "
-                              f"{self.world_size}")  # fmt: skip
+            raise ConfigError(
+                f"train.batch_size={batch_size}: the global batch, shared equally by the "
+                f"{self.world_size} processes of this torchrun job; use a multiple of "
+                f"{self.world_size}"
+            )
 
     def own_random_stream(self, seed: int) -> None:
         """Dropout masks: rank 0 draws the stream one process would; every other process its own."""
@@ -200,8 +206,12 @@ class TorchrunJob:
         every row is framed exactly as in one process)."""
         size = batch.tokens.size(0) // self.world_size
         rows = slice(self.rank * size, (self.rank + 1) * size)
-        return Batch(**{field.name: None if (value := getattr(batch, field.name)) is None else value[rows]
-                        for field in fields(batch)})  # fmt: skip
+        return Batch(
+            **{
+                field.name: None if (value := getattr(batch, field.name)) is None else value[rows]
+                for field in fields(batch)
+            }
+        )
 
     def share_of_loss(self, logits: torch.Tensor, labels: torch.Tensor, batch_labels: torch.Tensor) -> torch.Tensor:
         """This block's share of the global batch's mean loss: its summed cross-entropy over
@@ -274,8 +284,10 @@ class TorchrunJob:
             # From "...: [/.../gloo/.../pair.cc:553] Connection closed by peer [ADDRESS]. This is ...":
             # the words after gloo's source location, to the end of the sentence.
             reason = re.sub(r"^.*?\[[^\]]*\.(?:cc|cpp|h|hpp):\d+\]\s*", "", first_line(err)).split(". ")[0]
-            raise JobFailed(f"process {self.rank} of {self.world_size} stops: another process of this torchrun job "
-                            f"stopped ({reason}); its own error, if any, is above") from None  # fmt: skip
+            raise JobFailed(
+                f"process {self.rank} of {self.world_size} stops: another process of this torchrun job "
+                f"stopped ({reason}); its own error, if any, is above"
+            ) from None
 
 
 Job = OneProcess | TorchrunJob
@@ -334,8 +346,10 @@ def process_device(requested: str, local_rank: int) -> torch.device:
     if requested == "cpu" or (requested == "auto" and local_rank >= gpus):
         return torch.device("cpu")
     if local_rank >= gpus:
-        raise UserError(f"train.device=cuda: process {local_rank} of this machine has no GPU of its own ({gpus} "
-                        f"here); start at most {gpus} processes per machine, or use train.device=cpu")  # fmt: skip
+        raise UserError(
+            f"train.device=cuda: process {local_rank} of this machine has no GPU of its own ({gpus} "
+            f"here); start at most {gpus} processes per machine, or use train.device=cpu"
+        )
     return torch.device("cuda", local_rank)
 
 

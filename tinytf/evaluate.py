@@ -61,8 +61,12 @@ class Correct:
         return cls(int(right.sum()), int(scored.sum()), int((right == scored).all(1).sum()), labels.size(0))
 
     def __add__(self, other: Correct) -> Correct:
-        return Correct(self.tokens + other.tokens, self.scored + other.scored, self.sequences + other.sequences,
-                       self.rows + other.rows)  # fmt: skip
+        return Correct(
+            self.tokens + other.tokens,
+            self.scored + other.scored,
+            self.sequences + other.sequences,
+            self.rows + other.rows,
+        )
 
     def rates(self) -> dict[str, float]:
         return {"token_acc": self.tokens / max(self.scored, 1), "seq_acc": self.sequences / max(self.rows, 1)}

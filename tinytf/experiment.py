@@ -55,8 +55,9 @@ def load_run_config(path: str | Path, overrides: Iterable[str] = (), *, data: bo
     saved = config_from_dict(content, (), str(path), check=lambda c: check_config(c, data=data))
     if not overrides:
         return saved
-    return config_from_dict(content, overrides, str(path),
-                            check=lambda c: check_unchanged(saved, check_config(c, data=data)))  # fmt: skip
+    return config_from_dict(
+        content, overrides, str(path), check=lambda c: check_unchanged(saved, check_config(c, data=data))
+    )
 
 
 # What its weights, vocabulary and held-out set depend on, and the optimizer, whose state
@@ -79,9 +80,11 @@ def check_unchanged(saved: Config, resumed: Config) -> None:
 
 def _dotted(data: dict) -> dict:
     """{"model": {"d_model": 64}, "seed": 0} -> {"model.d_model": 64, "seed": 0}"""
-    return {f"{section}.{key}" if isinstance(values, dict) else section: value
-            for section, values in data.items()
-            for key, value in (values.items() if isinstance(values, dict) else [(None, values)])}  # fmt: skip
+    return {
+        f"{section}.{key}" if isinstance(values, dict) else section: value
+        for section, values in data.items()
+        for key, value in (values.items() if isinstance(values, dict) else [(None, values)])
+    }
 
 
 def check_config(config: Config, *, data: bool = True) -> Config:
@@ -93,8 +96,9 @@ def check_config(config: Config, *, data: bool = True) -> Config:
     if arch not in task.archs:
         raise ConfigProblem(
             f"task {task.name!r} does not work with model.arch={arch}; it works with: {', '.join(task.archs)}",
-            "model.arch", "task.name",
-        )  # fmt: skip
+            "model.arch",
+            "task.name",
+        )
     framing = get_framing(task, arch)
     _check_task_keys(config, task, framing)
     _check_model_keys(config)
@@ -105,8 +109,10 @@ def check_config(config: Config, *, data: bool = True) -> Config:
         raise ConfigProblem(
             f"model.max_len={config.model.max_len} is too short: task {task.name!r} with arch={arch} "
             f"makes sequences of up to {longest} tokens",
-            "model.max_len", *(f"task.{key}" for key in task.config_keys), "model.arch",
-        )  # fmt: skip
+            "model.max_len",
+            *(f"task.{key}" for key in task.config_keys),
+            "model.arch",
+        )
     return config
 
 
@@ -134,11 +140,18 @@ def describe_tasks() -> list[str]:
     framing_only = {key: [f.name for f in FRAMINGS.values() if key in f.task_keys] for key in _framing_only_keys()}
     lines = []
     for name, cls in TASKS.items():
-        keys = [f"{key} (arch={', '.join(framing_only[key])} only)"
-                if key in framing_only and not set(cls.archs) <= set(framing_only[key]) else key
-                for key in (*cls.config_keys, "eval_size")]  # fmt: skip
-        lines += [name, f"  {cls.description}", f"  architectures: {', '.join(cls.archs)}",
-                  f"  keys: task.name, task.{', task.'.join(keys)}"]  # fmt: skip
+        keys = [
+            f"{key} (arch={', '.join(framing_only[key])} only)"
+            if key in framing_only and not set(cls.archs) <= set(framing_only[key])
+            else key
+            for key in (*cls.config_keys, "eval_size")
+        ]
+        lines += [
+            name,
+            f"  {cls.description}",
+            f"  architectures: {', '.join(cls.archs)}",
+            f"  keys: task.name, task.{', task.'.join(keys)}",
+        ]
         lines += [f"  example: {cls.example()}", ""]
     return lines
 
@@ -159,8 +172,9 @@ def _check_task_keys(config: Config, task: Task, framing: Framing) -> None:
             continue
         if key in task.config_keys:  # the task reads it, but only under another framing
             users = ", ".join(f"arch={f.name}" for f in FRAMINGS.values() if key in f.task_keys)
-            raise ConfigProblem(f"task.{key}: arch={framing.name} does not use it (only {users} does)",
-                                f"task.{key}", "model.arch")  # fmt: skip
+            raise ConfigProblem(
+                f"task.{key}: arch={framing.name} does not use it (only {users} does)", f"task.{key}", "model.arch"
+            )
         raise ConfigProblem(f"task.{key}: {task.name} does not use it (its keys: {', '.join(used)})", f"task.{key}")
 
 
@@ -170,8 +184,11 @@ def _check_model_keys(config: Config) -> None:
     for key in {key for framing in FRAMINGS.values() for key in framing.model_keys} - set(FRAMINGS[arch].model_keys):
         if getattr(config.model, key) is not None:
             users = ", ".join(f"arch={f.name}" for f in FRAMINGS.values() if key in f.model_keys)
-            raise ConfigProblem(f"model.{key}: arch={arch} does not use it (only {users} does); use model.n_layers",
-                                f"model.{key}", "model.arch")  # fmt: skip
+            raise ConfigProblem(
+                f"model.{key}: arch={arch} does not use it (only {users} does); use model.n_layers",
+                f"model.{key}",
+                "model.arch",
+            )
 
 
 def _framing_only_keys() -> set[str]:

@@ -85,13 +85,18 @@ class Batch:
         def move(t: torch.Tensor | None) -> torch.Tensor | None:
             return None if t is None else t.to(device, non_blocking=True)
 
-        return Batch(move(self.tokens), move(self.labels), move(self.pad_mask), move(self.source),
-                     move(self.source_pad_mask))  # fmt: skip
+        return Batch(
+            move(self.tokens), move(self.labels), move(self.pad_mask), move(self.source), move(self.source_pad_mask)
+        )
 
     def model_inputs(self) -> dict[str, torch.Tensor | None]:
         """Keyword arguments for `model(**batch.model_inputs())`."""
-        return {"tokens": self.tokens, "source": self.source, "pad_mask": self.pad_mask,
-                "source_pad_mask": self.source_pad_mask}  # fmt: skip
+        return {
+            "tokens": self.tokens,
+            "source": self.source,
+            "pad_mask": self.pad_mask,
+            "source_pad_mask": self.source_pad_mask,
+        }
 
     @property
     def n_tokens(self) -> int:
@@ -196,8 +201,10 @@ class Framing:
         if shortest <= len(source) <= longest:
             return None
         trained = f"{shortest} to {longest}" if shortest > 1 else f"up to {longest}"
-        return (f"the input has {len(source)} tokens; the model was trained on inputs of {trained} tokens only, "
-                "so its output may be wrong")  # fmt: skip
+        return (
+            f"the input has {len(source)} tokens; the model was trained on inputs of {trained} tokens only, "
+            "so its output may be wrong"
+        )
 
     def typed_batch(self, model: nn.Module, text: str, target: str | None = None) -> tuple[Batch, list[int] | None]:
         """The batch of one that the model reads for typed `text`, framed as in training,
@@ -341,8 +348,14 @@ class DecoderFraming(Framing):
         # source <sep> target <eos>, squeezed together, as one sequence
         sep = torch.full((len(pairs), 1), self.vocab.sep_id)
         joined = torch.cat([pairs.source, sep, with_eos], dim=1)
-        keep = torch.cat([positions_below(pairs.source_len, pairs.source.size(1)), sep > 0,
-                          positions_below(target_len, with_eos.size(1))], dim=1)  # fmt: skip
+        keep = torch.cat(
+            [
+                positions_below(pairs.source_len, pairs.source.size(1)),
+                sep > 0,
+                positions_below(target_len, with_eos.size(1)),
+            ],
+            dim=1,
+        )
         sequence, length = left_compact(joined, keep)
         width = int(length.max())
         # Position j reads token j and predicts token j + 1; the final <eos> is never read.

@@ -98,11 +98,19 @@ class HeadReport:
             "ablate": self.ablate,
             "intact": self.intact,
             "heads": [
-                {"stack": h.stack, "layer": h.layer, "kind": h.kind, "head": h.head, "scores": h.scores,
-                 "entropy": h.entropy, "label": h.label, "ablation": h.ablation}
+                {
+                    "stack": h.stack,
+                    "layer": h.layer,
+                    "kind": h.kind,
+                    "head": h.head,
+                    "scores": h.scores,
+                    "entropy": h.entropy,
+                    "label": h.label,
+                    "ablation": h.ablation,
+                }
                 for h in self.heads
             ],
-        }  # fmt: skip
+        }
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), ensure_ascii=False, indent=1)
@@ -221,10 +229,13 @@ def head_scores(
         entropy = entropy_sums[attention_name] / n_inputs
         for h in range(entropy.numel()):
             scores = {
-                pattern: (float(sums[attention_name, pattern][h] / counts[attention_name, pattern])
-                          if counts[attention_name, pattern] else None)
+                pattern: (
+                    float(sums[attention_name, pattern][h] / counts[attention_name, pattern])
+                    if counts[attention_name, pattern]
+                    else None
+                )
                 for pattern in (*GENERIC_PATTERNS, *task_patterns)
-            }  # fmt: skip
+            }
             heads.append(HeadScore(stack, int(layer), kind, h, scores, float(entropy[h])))
     report = HeadReport(n_inputs, [*GENERIC_PATTERNS, *task_patterns], heads)
     if ablate is not None:

@@ -164,8 +164,9 @@ class ProgressBarLogger(NullLogger):
 
     def metrics(self, step: int, split: str, values: dict[str, float]) -> None:
         if split == "train":
-            self.postfix.update(loss=f"{values['loss']:.3f}", acc=f"{values['token_acc']:.2f}",
-                                tok_s=f"{values['tokens_per_s']:,.0f}")  # fmt: skip
+            self.postfix.update(
+                loss=f"{values['loss']:.3f}", acc=f"{values['token_acc']:.2f}", tok_s=f"{values['tokens_per_s']:,.0f}"
+            )
         else:
             self.postfix.update(val_seq_acc=f"{values['seq_acc']:.3f}")
         self.bar.set_postfix(self.postfix, refresh=False)

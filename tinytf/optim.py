@@ -100,8 +100,15 @@ class Muon(torch.optim.Optimizer):
     torch.optim.Muon with adjust_lr_fn="match_rms_adamw", but the weights are orthogonalised
     in batches, in `dtype`: see the module docstring."""
 
-    def __init__(self, params: Iterable[torch.nn.Parameter], lr: float, weight_decay: float, momentum: float = 0.95,
-                 ns_steps: int = 5, dtype: torch.dtype = torch.float32) -> None:  # fmt: skip
+    def __init__(
+        self,
+        params: Iterable[torch.nn.Parameter],
+        lr: float,
+        weight_decay: float,
+        momentum: float = 0.95,
+        ns_steps: int = 5,
+        dtype: torch.dtype = torch.float32,
+    ) -> None:
         super().__init__(params, {"lr": lr, "weight_decay": weight_decay, "momentum": momentum, "ns_steps": ns_steps})
         if any(p.dim() != 2 for group in self.param_groups for p in group["params"]):
             raise ValueError("Muon steps matrices only")
@@ -136,8 +143,10 @@ class Muon(torch.optim.Optimizer):
                 # Each matrix's own block (the padding stays zero; see stack_padded), back to its
                 # weight's shape, (n, m) for a tall one, and dtype.
                 blocks = [o[: wide[i].size(0), : wide[i].size(1)] for i, o in zip(indices, orthogonal, strict=True)]
-                updates = [(block if block.shape == weights[i].shape else block.mT).to(weights[i].dtype)
-                           for i, block in zip(indices, blocks, strict=True)]  # fmt: skip
+                updates = [
+                    (block if block.shape == weights[i].shape else block.mT).to(weights[i].dtype)
+                    for i, block in zip(indices, blocks, strict=True)
+                ]
                 # W <- W - lr 0.2 sqrt(max(m, n)) O, sqrt(max(m, n)) being each weight's own
                 torch._foreach_mul_(updates, [-group["lr"] * 0.2 * math.sqrt(max(weights[i].shape)) for i in indices])
                 torch._foreach_add_([weights[i] for i in indices], updates)

@@ -103,8 +103,9 @@ def tidy_for_resume(run_dir: Path, step: int) -> None:
     metrics = run_dir / METRICS_FILE
     if metrics.is_file():
         lines = metrics.read_text(encoding="utf-8").splitlines(keepends=True)
-        kept = [line for line in lines
-                if line.endswith("\n") and (logged := _step_of(line)) is not None and logged <= step]  # fmt: skip
+        kept = [
+            line for line in lines if line.endswith("\n") and (logged := _step_of(line)) is not None and logged <= step
+        ]
         write_text_atomically(metrics, "".join(kept))
 
 
@@ -128,9 +129,11 @@ def check_data(run_dir: Path, task: Task) -> None:
     windows, and what training would continue on, are no longer the run's."""
     recorded = Path(run_dir) / DATA_FINGERPRINT_FILE
     if recorded.is_file() and recorded.read_text().strip() != task.data_fingerprint():
-        raise UserError(f"task.path: {task.config.path} has changed since {run_dir} was trained on it "
-                        f"(its SHA-256 differs from {DATA_FINGERPRINT_FILE}); its held-out set would not be "
-                        "the run's: restore the file or train a new run")  # fmt: skip
+        raise UserError(
+            f"task.path: {task.config.path} has changed since {run_dir} was trained on it "
+            f"(its SHA-256 differs from {DATA_FINGERPRINT_FILE}); its held-out set would not be "
+            "the run's: restore the file or train a new run"
+        )
 
 
 def checkpoint_path(run_dir: Path, which: str) -> Path:

@@ -153,8 +153,10 @@ def _open_for_resume(run_dir: Path, config: Config, lock: contextlib.ExitStack) 
     check_data(run_dir, get_task(config.task))
     state = load_checkpoint(checkpoint_path(run_dir, "last"))
     if config.train.steps < state["step"]:
-        raise ConfigError(f"train.steps={config.train.steps}: this run has trained {state['step']} steps "
-                          f"already; resume with train.steps of at least {state['step']}")  # fmt: skip
+        raise ConfigError(
+            f"train.steps={config.train.steps}: this run has trained {state['step']} steps "
+            f"already; resume with train.steps of at least {state['step']}"
+        )
     return state, Vocabulary.load(run_dir / VOCAB_FILE)
 
 
@@ -387,11 +389,16 @@ class Trainer:
         if len(streams) > 1:
             rng["torch_by_rank"] = streams
         return {
-            "step": self.step, "model": self.model.state_dict(), "optimizer": self.optimizer.state_dict(),
-            "scheduler": self.scheduler.state_dict(), "best_score": self.best_score, "best": self.best, "rng": rng,
+            "step": self.step,
+            "model": self.model.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "best_score": self.best_score,
+            "best": self.best,
+            "rng": rng,
             # the loss summed since the last log, so a resumed run logs the same averages
             "window": {"loss_sum": self.window.loss_sum.item(), "steps": self.window.steps},
-        }  # fmt: skip
+        }
 
     def load_state_dict(self, state: dict) -> None:
         """Continue from `state_dict()`. A `CheckpointError` if `state` is not a whole
@@ -401,8 +408,11 @@ class Trainer:
         from tinytf.checkpoint import describe, kind_mismatch, structure_problem
 
         def problem() -> str | None:
-            missing = [key for key in ("step", "model", "optimizer", "scheduler", "rng", "best_score", "best")
-                       if key not in state]  # fmt: skip
+            missing = [
+                key
+                for key in ("step", "model", "optimizer", "scheduler", "rng", "best_score", "best")
+                if key not in state
+            ]
             if missing:
                 return f"it has no {', '.join(map(repr, missing))}: not a whole training state"
             if (found := structure_problem(state)) is not None:
@@ -438,8 +448,10 @@ class Trainer:
             # The checkpoint gives the optimizer's state (moments, step counts); its settings
             # (betas, weight decay, Muon's) come from this run's config, as they would in a
             # new run: a tampered file cannot set them, and --set train.betas=... applies.
-            configured = [{key: value for key, value in group.items() if key not in ("params", "lr")}
-                          for group in self.optimizer.param_groups]  # fmt: skip
+            configured = [
+                {key: value for key, value in group.items() if key not in ("params", "lr")}
+                for group in self.optimizer.param_groups
+            ]
             self.optimizer.load_state_dict(state["optimizer"])
             for group, settings in zip(self.optimizer.param_groups, configured, strict=True):
                 saved = {"params": group["params"], "lr": group["lr"]}
@@ -448,8 +460,9 @@ class Trainer:
             for parameter, moments in self.optimizer.state.items():  # AdamW's and Muon's: each weight's shape
                 for name, moment in moments.items():
                     if not isinstance(moment, torch.Tensor) or (name != "step" and moment.shape != parameter.shape):
-                        raise ValueError(f"{name} is {describe(moment)}, not a tensor of shape "
-                                         f"{tuple(parameter.shape)}")  # fmt: skip
+                        raise ValueError(
+                            f"{name} is {describe(moment)}, not a tensor of shape {tuple(parameter.shape)}"
+                        )
 
         def load_schedule() -> None:
             # The step comes from the checkpoint, the peak rate from this run's train.lr (set on
@@ -464,16 +477,19 @@ class Trainer:
             "model": lambda: self.model.load_state_dict(state["model"]),
             "optimizer": load_optimizer,
             "scheduler": load_schedule,
-            "rng": lambda: (self._load_dropout_stream(state["rng"]),
-                            self.data.load_state_dict({"generator": state["rng"]["data"]})),
-        }  # fmt: skip
+            "rng": lambda: (
+                self._load_dropout_stream(state["rng"]),
+                self.data.load_state_dict({"generator": state["rng"]["data"]}),
+            ),
+        }
         for part, load in parts.items():
             try:
                 load()
             except (RuntimeError, ValueError, KeyError, TypeError, AttributeError, IndexError) as err:
                 hint = " (did --set change the model?)" if part in ("model", "optimizer") else ""
-                raise CheckpointError(f"the run's last checkpoint: its {part!r} does not fit this run{hint}: "
-                                      f"{first_line(err)}") from None  # fmt: skip
+                raise CheckpointError(
+                    f"the run's last checkpoint: its {part!r} does not fit this run{hint}: {first_line(err)}"
+                ) from None
         self.step, self.best_score, self.best = state["step"], state["best_score"], dict(state["best"])
         self.saved_step = self.step
         window = state.get("window")  # absent in checkpoints written before it was kept
@@ -535,8 +551,12 @@ class _ThroughputWindow:
     def summary(self, correct: Correct, grad_norm, lr: float) -> dict[str, float]:
         """The window's metrics (token/seq accuracy: `correct`, of its last batch); starts a new window."""
         self.tokens_per_s = self.tokens / max(time.perf_counter() - self.start, 1e-9)
-        values = {"loss": float(self.loss_sum) / max(self.steps, 1), **correct.rates(), "lr": lr,
-                  "tokens_per_s": self.tokens_per_s}  # fmt: skip
+        values = {
+            "loss": float(self.loss_sum) / max(self.steps, 1),
+            **correct.rates(),
+            "lr": lr,
+            "tokens_per_s": self.tokens_per_s,
+        }
         if grad_norm is not None:
             values["grad_norm"] = float(grad_norm)
         self.loss_sum.zero_()

@@ -61,13 +61,15 @@ def attention_page(
     assets = resources.files("tinytf") / ASSETS
     style = (assets / "viewer.css").read_text(encoding="utf-8")
     script = (assets / "viewer.js").read_text(encoding="utf-8")
-    csp = "; ".join([
-        "default-src 'none'",  # no fetch, image, font, frame or connection of any kind
-        f"style-src {_source_hash(style)}",
-        f"script-src {_source_hash(script)}",  # only this script: an injected one would not run
-        "base-uri 'none'",
-        "form-action 'none'",
-    ])  # fmt: skip
+    csp = "; ".join(
+        [
+            "default-src 'none'",  # no fetch, image, font, frame or connection of any kind
+            f"style-src {_source_hash(style)}",
+            f"script-src {_source_hash(script)}",  # only this script: an injected one would not run
+            "base-uri 'none'",
+            "form-action 'none'",
+        ]
+    )
     fields = {
         "csp": csp,
         "title": html.escape(title),
@@ -123,8 +125,10 @@ def stored_weights(weights: np.ndarray) -> list[list[list[int]]]:
     nonzero = per_mille != 0
     # Each row's length: one past its last non-zero weight (0 for a row of zeros).
     lengths = np.where(nonzero.any(axis=2), weights.shape[2] - np.argmax(nonzero[:, :, ::-1], axis=2), 0)  # (H, T_q)
-    return [[row[:n] for row, n in zip(head, head_lengths, strict=True)]
-            for head, head_lengths in zip(per_mille.tolist(), lengths.tolist(), strict=True)]  # fmt: skip
+    return [
+        [row[:n] for row, n in zip(head, head_lengths, strict=True)]
+        for head, head_lengths in zip(per_mille.tolist(), lengths.tolist(), strict=True)
+    ]
 
 
 def _map_data(m: AttentionMap, has_source: bool) -> dict:

@@ -62,8 +62,9 @@ def layer_figure(attention: AttentionMap) -> Figure:
     figure = Figure(figsize=(size * n_heads + 0.6, size + 0.6), layout="constrained")
     axes = figure.subplots(1, n_heads, squeeze=False)[0]
     for head, (ax, title) in enumerate(zip(axes, _head_titles(attention), strict=True)):
-        _draw_heatmap(ax, attention.weights[head], attention.query_tokens, attention.key_tokens, title,
-                      first_in_row=head == 0)  # fmt: skip
+        _draw_heatmap(
+            ax, attention.weights[head], attention.query_tokens, attention.key_tokens, title, first_in_row=head == 0
+        )
     return figure
 
 
@@ -161,8 +162,10 @@ class _ScoreGrid:
 
 def _score_grid(report: HeadReport) -> np.ma.MaskedArray:
     """(patterns, heads) scores, masked where a pattern does not apply to a head."""
-    grid = np.array([[np.nan if h.scores.get(p) is None else h.scores[p] for h in report.heads]
-                     for p in report.patterns], dtype=float)  # fmt: skip
+    grid = np.array(
+        [[np.nan if h.scores.get(p) is None else h.scores[p] for h in report.heads] for p in report.patterns],
+        dtype=float,
+    )
     return np.ma.masked_invalid(grid)
 
 

@@ -25,8 +25,9 @@ def build_model(config: Config | Mapping[str, Any], vocab_size: int | None = Non
     if isinstance(config, str | PathLike):
         raise TypeError(f"build_model takes a config, not a file ({config!r}): call tinytf.load_config(path) first")
     if not isinstance(config, Config | Mapping):
-        raise TypeError(f"build_model: config must be a Config or a dict shaped like the YAML file, "
-                        f"not {type(config).__name__}")  # fmt: skip
+        raise TypeError(
+            f"build_model: config must be a Config or a dict shaped like the YAML file, not {type(config).__name__}"
+        )
     if not isinstance(config, Config):
         config = config_from_dict(config)
     check_config(config, data=False)  # a model needs no data: a text task's file may be gone

@@ -78,8 +78,10 @@ class Probe:
             if replaced is not None:
                 if not isinstance(replaced, torch.Tensor) or replaced.shape != value.shape:
                     got = tuple(replaced.shape) if isinstance(replaced, torch.Tensor) else type(replaced).__name__
-                    raise ValueError(f"the hook at {name!r} must return a tensor of shape {tuple(value.shape)} "
-                                     f"(or None to keep the value), not {got}")  # fmt: skip
+                    raise ValueError(
+                        f"the hook at {name!r} must return a tensor of shape {tuple(value.shape)} "
+                        f"(or None to keep the value), not {got}"
+                    )
                 value = replaced
         if self.keep(name):
             self.cache[name] = value

@@ -100,8 +100,12 @@ class TransformerLayer(nn.Module):
 
     def hook_names(self) -> list[str]:
         """The names of this layer's activations, in the order they are computed."""
-        names = [f"{self.name}.resid_pre", *_attention_names(self.self_attn), f"{self.name}.attn_out",
-                 f"{self.name}.resid_mid"]  # fmt: skip
+        names = [
+            f"{self.name}.resid_pre",
+            *_attention_names(self.self_attn),
+            f"{self.name}.attn_out",
+            f"{self.name}.resid_mid",
+        ]
         if self.cross_attn is not None:
             names += [*_attention_names(self.cross_attn), f"{self.name}.cross_attn_out", f"{self.name}.resid_mid_cross"]
         if self.ffn is not None:

@@ -81,9 +81,17 @@ class Transformer(nn.Module):
 
         def stack(n_layers: int, causal: bool, cross_attention: bool, name: str) -> TransformerStack:
             return TransformerStack(
-                n_layers, d_model, config.n_heads, config.d_ff, config.dropout,
-                config.activation, config.norm, causal, cross_attention, name=name,
-            )  # fmt: skip
+                n_layers,
+                d_model,
+                config.n_heads,
+                config.d_ff,
+                config.dropout,
+                config.activation,
+                config.norm,
+                causal,
+                cross_attention,
+                name=name,
+            )
 
         has_encoder = config.arch in ("encoder", "encoder-decoder")
         has_decoder = config.arch in ("decoder", "encoder-decoder")
@@ -172,15 +180,19 @@ class Transformer(nn.Module):
         if cache is not None and pad_mask is not None:
             raise ValueError("a cache holds unpadded prefixes: generate sequences of equal length together")
         if cache is not None and (probe is not None or return_attention):
-            raise ValueError("a key/value cache holds the model's own keys and values: run the whole sequence "
-                             "without a cache to read or hook activations")  # fmt: skip
+            raise ValueError(
+                "a key/value cache holds the model's own keys and values: run the whole sequence "
+                "without a cache to read or hook activations"
+            )
         probe = self._pattern_probe(probe, return_attention)
         start = cache[0].self_attn.length if cache else 0
         x = self.embed(tokens, start, probe=probe)  # (B, T, D)
         if context is not None and context.size(0) != tokens.size(0):
             source_shape = tuple(context.shape[:2])  # (B, S) of the source that was encoded
-            raise ValueError(f"the source {source_shape} and `tokens` {tuple(tokens.shape)} must hold the same "
-                             "number of sequences: one source per sequence of tokens")  # fmt: skip
+            raise ValueError(
+                f"the source {source_shape} and `tokens` {tuple(tokens.shape)} must hold the same "
+                "number of sequences: one source per sequence of tokens"
+            )
         self_bias = attention_bias(pad_mask, tokens.size(1), causal=True)  # (B, 1, T, T) or None
         # Every decoder query may look at every non-PAD source position.
         context_bias = attention_bias(source_pad_mask, tokens.size(1), causal=False)  # (B, 1, T, S) or None
@@ -284,8 +296,9 @@ class Transformer(nn.Module):
             hidden, _ = self.encode(tokens, pad_mask, probe=probe)
             return self.lm_head(hidden)  # (B, T, D) -> (B, T, V)
         context = self.encode(source, source_pad_mask, probe=probe)[0] if is_seq2seq else None
-        logits, _ = self.decode(tokens, context=context, source_pad_mask=source_pad_mask, pad_mask=pad_mask,
-                                probe=probe)  # fmt: skip
+        logits, _ = self.decode(
+            tokens, context=context, source_pad_mask=source_pad_mask, pad_mask=pad_mask, probe=probe
+        )
         return logits
 
     def _pattern_probe(self, probe: Probe | None, return_attention: bool) -> Probe | None:
@@ -305,12 +318,15 @@ def check_ids(ids: torch.Tensor, vocab_size: int, name: str) -> None:
         got = ids.dtype if isinstance(ids, torch.Tensor) else type(ids).__name__
         raise TypeError(f"`{name}` must be a tensor of integer token ids (torch.long), not {got}")
     if ids.dim() != 2 or ids.numel() == 0:
-        raise ValueError(f"`{name}` must hold token ids as (batch, length), neither of them 0; "
-                         f"its shape is {tuple(ids.shape)}")  # fmt: skip
+        raise ValueError(
+            f"`{name}` must hold token ids as (batch, length), neither of them 0; its shape is {tuple(ids.shape)}"
+        )
     low, high = torch.stack(torch.aminmax(ids)).tolist()  # one pass, one read back (a sync on CUDA)
     if low < 0 or high >= vocab_size:
-        raise ValueError(f"`{name}` holds ids from {low} to {high}; this model's vocabulary has ids 0 to "
-                         f"{vocab_size - 1} (vocab_size={vocab_size})")  # fmt: skip
+        raise ValueError(
+            f"`{name}` holds ids from {low} to {high}; this model's vocabulary has ids 0 to "
+            f"{vocab_size - 1} (vocab_size={vocab_size})"
+        )
 
 
 def _is_pattern(name: str) -> bool:
@@ -325,5 +341,7 @@ def _patterns(cache: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 def _per_layer(stack: TransformerStack, probe: Probe | None) -> list[dict[str, torch.Tensor]]:
     """A stack's weights kept by `probe`, one {"self": w, "cross": w} dict per layer ({} each without a probe)."""
     weights = _patterns(probe.cache) if probe is not None else {}
-    return [{kind: weights[f"{layer.name}.{kind}"] for kind in ("self", "cross") if f"{layer.name}.{kind}" in weights}
-            for layer in stack.layers]  # fmt: skip
+    return [
+        {kind: weights[f"{layer.name}.{kind}"] for kind in ("self", "cross") if f"{layer.name}.{kind}" in weights}
+        for layer in stack.layers
+    ]

@@ -102,8 +102,9 @@ class Task:
         if {"min_len", "max_len"} <= set(self.config_keys) and self.config.min_len > self.config.max_len:
             raise ConfigProblem(
                 f"task.min_len={self.config.min_len} is greater than task.max_len={self.config.max_len}",
-                "task.min_len", "task.max_len",
-            )  # fmt: skip
+                "task.min_len",
+                "task.max_len",
+            )
 
     @cached_property
     def vocab(self) -> Vocabulary:

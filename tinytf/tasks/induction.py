@@ -47,14 +47,14 @@ class Induction(LanguageModelTask):
                 f"task.min_len={self.config.min_len}: induction needs sequences of at least 2 symbols "
                 "(the repeat's first token is a guess; only the ones after it are scored)",
                 "task.min_len",
-            )  # fmt: skip
+            )
         if self.max_target_len > MAX_EXAMPLE_TOKENS:
             raise ConfigProblem(
                 f"task.max_len={self.config.max_len} is too long for induction: an example is <bos> and two copies, "
                 f"{self.max_target_len} tokens, and examples may have at most {MAX_EXAMPLE_TOKENS} "
                 f"(task.max_len up to {(MAX_EXAMPLE_TOKENS - 1) // 2})",
                 "task.max_len",
-            )  # fmt: skip
+            )
 
     def build_vocab(self) -> Vocabulary:
         return Vocabulary([str(s) for s in range(self.config.vocab_size)], split="word")

@@ -49,8 +49,11 @@ class Text(LanguageModelTask):
         if not stat.S_ISREG(status.st_mode):
             raise ConfigProblem(f"task.path: {path} is not a regular file", "task.path")
         if status.st_size > MAX_TEXT_BYTES:
-            raise ConfigProblem(f"task.path: {path} has {status.st_size:,} bytes; the text task reads at most "
-                                f"{MAX_TEXT_BYTES:,} (every token is kept in memory)", "task.path")  # fmt: skip
+            raise ConfigProblem(
+                f"task.path: {path} has {status.st_size:,} bytes; the text task reads at most "
+                f"{MAX_TEXT_BYTES:,} (every token is kept in memory)",
+                "task.path",
+            )
 
     @cached_property
     def tokens(self) -> list[str]:
