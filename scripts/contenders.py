@@ -10,8 +10,6 @@ do around those products: fused or separate projections, fused or explicit atten
 where the LayerNorms sit, GELU or ReLU.
 
     tinytf            tinytf.build_model
-    tinytf fused      the same model, always on PyTorch's fused attention kernel
-    tinytf explicit   the same model, always on tinytf's explicit attention path
     tinytf post/relu  tinytf.build_model with the textbook's design: post-LN, ReLU
     torch-encoder     torch.nn.TransformerEncoder with a causal mask
     textbook          the seed chapter's code: separate W_Q W_K W_V W_O, masked_fill + softmax
@@ -21,7 +19,6 @@ where the LayerNorms sit, GELU or ReLU.
 from __future__ import annotations
 
 import math
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -29,13 +26,12 @@ import torch
 from torch import nn
 
 import tinytf
-from tinytf.model.attention import MultiHeadAttention
+from tinytf.model.positional import sinusoidal_table
 
 
 @dataclass(frozen=True)
 class Shape:
-    """A model's size (a causal LM's, or an encoder's for `bench.py --paths --padded`), and the
-    batch it trains on: B = batch, T = seq, D = d_model."""
+    """A causal LM's size, and the batch it trains on: B = batch, T = seq, D = d_model."""
 
     vocab: int
     seq: int
@@ -49,7 +45,7 @@ class Shape:
 def tinytf_model(shape: Shape, **design: str) -> nn.Module:
     """tinytf's decoder as `tinytf.build_model` makes it, with its defaults (pre-LN, GELU)
     unless `design` sets other model keys: one fused (3D, D) Q/K/V projection; attention on
-    the path attention.py's shape rule picks (explicit, or PyTorch's fused kernel SDPA)."""
+    the path tinytf takes when no weights are asked for."""
     model = {
         "arch": "decoder",
         "d_model": shape.d_model,
@@ -62,21 +58,6 @@ def tinytf_model(shape: Shape, **design: str) -> nn.Module:
     }
     task = {"name": "copy", "min_len": 1, "max_len": 3}  # any task whose sequences fit in shape.seq
     return tinytf.build_model({"task": task, "model": model}, vocab_size=shape.vocab)
-
-
-def tinytf_on_one_path(shape: Shape, explicit: bool, arch: str = "decoder") -> nn.Module:
-    """tinytf's default model (or its encoder: `arch`) on one attention path (`on_one_path`)."""
-    return on_one_path(tinytf_model(shape, arch=arch), explicit)
-
-
-def on_one_path(model: nn.Module, explicit: bool) -> nn.Module:
-    """`model` with its shape rule (attention.explicit_keys) overridden in every attention
-    module: always the explicit path, or always the fused kernel. Same weights, same math:
-    measures the rule."""
-    for module in model.modules():
-        if isinstance(module, MultiHeadAttention):
-            module.explicit_keys = range(sys.maxsize) if explicit else range(0)
-    return model
 
 
 def tinytf_textbook_design(shape: Shape) -> nn.Module:
@@ -95,7 +76,7 @@ class TorchEncoderLM(nn.Module):
     def __init__(self, shape: Shape) -> None:
         super().__init__()
         self.embedding = nn.Embedding(shape.vocab, shape.d_model)
-        self.register_buffer("positions", tinytf.model.positional.sinusoidal_table(shape.seq, shape.d_model))
+        self.register_buffer("positions", sinusoidal_table(shape.seq, shape.d_model))
         layer = nn.TransformerEncoderLayer(
             shape.d_model, shape.heads, shape.d_ff, dropout=0.0, activation="gelu", batch_first=True, norm_first=True
         )
@@ -165,7 +146,7 @@ class TextbookLM(nn.Module):
     def __init__(self, shape: Shape) -> None:
         super().__init__()
         self.embedding = nn.Embedding(shape.vocab, shape.d_model)
-        self.register_buffer("positions", tinytf.model.positional.sinusoidal_table(shape.seq, shape.d_model))
+        self.register_buffer("positions", sinusoidal_table(shape.seq, shape.d_model))
         self.blocks = nn.ModuleList(TextbookBlock(shape) for _ in range(shape.layers))
         self.head = nn.Linear(shape.d_model, shape.vocab, bias=False)
         self.head.weight = self.embedding.weight
@@ -205,8 +186,6 @@ def x_transformers_model(shape: Shape) -> nn.Module | None:
 
 CONTENDERS: dict[str, Callable[[Shape], nn.Module | None]] = {
     "tinytf": tinytf_model,
-    "tinytf fused": lambda shape: tinytf_on_one_path(shape, explicit=False),
-    "tinytf explicit": lambda shape: tinytf_on_one_path(shape, explicit=True),
     "tinytf post/relu": tinytf_textbook_design,
     "torch-encoder": TorchEncoderLM,
     "textbook": TextbookLM,

@@ -34,9 +34,9 @@ def train_and_record(config_path: Path, every: int, steps: int | None = None) ->
         overrides.append(f"train.steps={steps}")
     config = tinytf.load_config(config_path, overrides=overrides)
     log = RecordingLogger()
-    with tempfile.TemporaryDirectory() as scratch:
+    with tempfile.TemporaryDirectory() as temp:
         start = time.perf_counter()
-        result = tinytf.train(config, runs_dir=scratch, loggers=[log])
+        result = tinytf.train(config, runs_dir=temp, loggers=[log])
         seconds = time.perf_counter() - start
     losses = {step: values["loss"] for step, split, values in log.of("metrics") if split == "val"}
     curves: dict[str, dict[int, float]] = {"induction": {}, "previous": {}}

@@ -3,11 +3,12 @@
 Weiss, Goldberg & Yahav (2021), "Thinking Like Transformers", wrote RASP programs for
 these tasks, compiled each to a number of layers and heads, and trained encoders of
 exactly that size. The configs in configs/rasp/ have those budgets; this script trains
-them one after another and prints one markdown table (the README's "The RASP table"):
+them one after another and prints one markdown table (the RASP table of docs/results.md):
 
     python scripts/rasp_table.py                  # every config in configs/rasp/
     python scripts/rasp_table.py --only sort      # one of them (repeat --only for more)
     python scripts/rasp_table.py --json rasp.json
+    python scripts/rasp_table.py --set train.steps=500   # override a value in every config
 
 Runs go to a temporary folder (use --runs-dir to keep them). Metrics are the best
 checkpoint's, on the held-out set: token_acc is the per-token accuracy the paper reports
@@ -17,7 +18,8 @@ runs on one thread by default (--threads), so a run never takes more than one co
 
 A config whose token accuracy misses its target (TARGETS), which takes longer than
 TIME_LIMIT_S, or whose layers, heads or <bos> differ from the paper's budget is listed
-after the table, and the exit status is 1.
+after the table, and the exit status is 1. An unknown --only name or a bad --set is one
+line on stderr, and the exit status is 2.
 """
 
 from __future__ import annotations
@@ -29,12 +31,9 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NoReturn
 
-import torch
-
-from tinytf.config import Config
-from tinytf.experiment import load_config
-from tinytf.training import train
+import tinytf
 
 ROOT = Path(__file__).resolve().parents[1]
 RASP_DIR = ROOT / "configs" / "rasp"
@@ -77,7 +76,7 @@ def rasp_configs(only: list[str] | None = None) -> list[Path]:
         unknown = sorted(set(only) - {path.stem for path in paths})
         if unknown:
             names = ", ".join(path.stem for path in paths)
-            raise SystemExit(f"error: --only {', '.join(unknown)}: no such config (choose from {names})")
+            fail(f"--only {', '.join(unknown)}: no such config (choose from {names})")
         paths = [path for path in paths if path.stem in only]
     return paths
 
@@ -87,7 +86,7 @@ def target(name: str) -> float:
     return TARGETS.get(name, TOKEN_ACC_TARGET)
 
 
-def budget_problem(name: str, config: Config) -> str | None:
+def budget_problem(name: str, config: tinytf.Config) -> str | None:
     """Why the config does not have its RASP program's budget, or None if it does."""
     budget = BUDGETS.get(name)
     if budget is None:
@@ -101,25 +100,28 @@ def budget_problem(name: str, config: Config) -> str | None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--only", action="append", metavar="NAME", help="train only this config (e.g. sort)")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE")
     parser.add_argument("--runs-dir", type=Path, default=None, help="keep the runs here")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1: one core)")
     parser.add_argument("--json", type=Path, default=None, help="also write the results as JSON")
     args = parser.parse_args()
-    torch.set_num_threads(args.threads)
     paths = rasp_configs(args.only)
+    try:
+        configs = [tinytf.load_config(path, args.overrides) for path in paths]
+    except tinytf.UserError as err:
+        fail(str(err))
+    import torch  # not before: the checks above need no torch
 
+    torch.set_num_threads(args.threads)
     results, missed = [], []
-    with tempfile.TemporaryDirectory() as scratch:
-        runs_dir = args.runs_dir or Path(scratch)
+    with tempfile.TemporaryDirectory() as temp:
+        runs_dir = args.runs_dir or Path(temp)
         print("| config | task | layers x heads | `<bos>` | token_acc | seq_acc | steps | time |")
         print("|---|---|:---:|:---:|---:|---:|---:|---:|")
-        for path in paths:
-            name, config = path.stem, load_config(path)
-            problem = budget_problem(name, config)
-            if problem:
-                missed.append(problem)
+        for path, config in zip(paths, configs, strict=True):
+            name = path.stem
             started = time.perf_counter()
-            result = train(config, runs_dir=runs_dir, name=name)
+            result = tinytf.train(config, runs_dir=runs_dir, name=name)
             seconds = time.perf_counter() - started
             best = result.best
             row = {
@@ -128,6 +130,7 @@ def main() -> None:
                 "layers": config.model.n_layers,
                 "heads": config.model.n_heads,
                 "bos": config.task.bos,
+                "budget_problem": budget_problem(name, config),  # None: the paper's budget
                 "steps": result.step,
                 "best_step": best["step"],
                 "token_acc": best["token_acc"],
@@ -143,6 +146,8 @@ def main() -> None:
                 f"{row['steps']} | {seconds:.0f} s |",
                 flush=True,
             )
+            if row["budget_problem"]:
+                missed.append(row["budget_problem"])
             if row["token_acc"] < row["target"]:
                 missed.append(f"{name}: token_acc {100 * row['token_acc']:.2f}% < target {100 * row['target']:.1f}%")
             if seconds > TIME_LIMIT_S:
@@ -156,6 +161,11 @@ def main() -> None:
         f"\nevery config reached its target (token_acc >= {100 * TOKEN_ACC_TARGET:.1f}%, most-freq >= "
         f"{100 * TARGETS['most-freq']:.0f}%) within {TIME_LIMIT_S:.0f} s"
     )
+
+
+def fail(message: str) -> NoReturn:
+    print(f"error: {message}", file=sys.stderr)
+    sys.exit(2)
 
 
 if __name__ == "__main__":

@@ -1,13 +1,13 @@
-"""The README's screenshot of the attention viewer, taken by the browser the tests use,
-and the size of the pages the shipped configs can write.
+"""docs/attention-viewer.png, the attention viewer's screenshot, taken by the browser the
+tests use; and the size of the pages the shipped configs can write.
 
     python scripts/viewer_screenshot.py                      # trains the quickstart first (about 25 s)
     python scripts/viewer_screenshot.py --run runs/quickstart-...
     python scripts/viewer_screenshot.py --sizes configs/quickstart.yaml configs/double-histogram-encoder-decoder.yaml
 
 The screenshot: writes the page with `tinytf attend TEXT --format html` (timed), opens it
-from disk in headless Chromium (tests/headless.py: Debian's chromium through Playwright,
-offline) and saves docs/attention-viewer.png.
+from disk in headless Chromium (tests/headless.py: Debian's Chromium through Playwright,
+offline, as the browser tests open pages) and saves docs/attention-viewer.png.
 
 --sizes: for each config, an untrained model (its weights spread more evenly than a
 trained one's, so its pages are the largest) reads the longest input it accepts (at most
@@ -25,24 +25,12 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+# Chromium's offline launch lives with the browser tests, which open pages the same way.
 sys.path.insert(0, str(ROOT / "tests"))
 
-from headless import chromium, offline_page  # noqa: E402  (tests/ is not a package)
+from headless import chromium, screenshot  # noqa: E402  (tests/ is not a package)
 
 WIDTH = 1400  # px: wide enough for the head table beside the head view
-
-
-def screenshot(browser, page_path: Path, png_path: Path) -> None:
-    """Open the written page `page_path` in `browser` and save the whole page as PNG."""
-    page = offline_page(browser, width=WIDTH, height=900)
-    try:
-        page.goto(page_path.resolve().as_uri())
-        page.wait_for_selector("body[data-ready]")
-        if page.errors or page.requests != [page_path.resolve().as_uri()]:
-            raise RuntimeError(f"the page misbehaved: errors {page.errors}, requests {page.requests}")
-        page.screenshot(path=str(png_path), full_page=True)
-    finally:
-        page.context.close()
 
 
 def tinytf(*args: str, cwd: Path | None = None) -> str:
@@ -113,21 +101,21 @@ def main() -> None:
         page_sizes(args.sizes)
         return
 
-    with tempfile.TemporaryDirectory() as scratch:
-        scratch = Path(scratch)
+    with tempfile.TemporaryDirectory() as temp:
+        temp = Path(temp)
         run, cwd = args.run, None
-        if run is None:  # trained in scratch/runs, and named as the page shows it: runs/quickstart-...
-            tinytf("train", str(ROOT / "configs" / "quickstart.yaml"), cwd=scratch)
-            (run,) = (path.relative_to(scratch) for path in (scratch / "runs").iterdir())
-            cwd = scratch
-        page_path = scratch / "attention.html"
+        if run is None:  # trained in temp/runs, and named as the page shows it: runs/quickstart-...
+            tinytf("train", str(ROOT / "configs" / "quickstart.yaml"), cwd=temp)
+            (run,) = (path.relative_to(temp) for path in (temp / "runs").iterdir())
+            cwd = temp
+        page_path = temp / "attention.html"
         start = time.perf_counter()
         tinytf("attend", args.text, "--run", str(run), "--format", "html", "--out", str(page_path), cwd=cwd)
         seconds = time.perf_counter() - start
         print(f"{page_path.stat().st_size:,} bytes, written in {seconds:.2f} s (the whole command)")
         args.out.parent.mkdir(parents=True, exist_ok=True)
         with chromium() as browser:
-            screenshot(browser, page_path, args.out)
+            screenshot(browser, page_path, args.out, width=WIDTH)
     print(f"wrote {args.out}")
 
 

@@ -1,5 +1,5 @@
-"""Debian's Chromium, started headless through Playwright: what the browser tests and
-scripts/viewer_screenshot.py share.
+"""Debian's Chromium, started headless through Playwright, and a page's screenshot: what
+the browser tests and scripts/viewer_screenshot.py share.
 
 Playwright drives the system browser (`executable_path`), so nothing is downloaded. The
 flags keep Chromium from calling home (updates, sync, field trials), which a machine
@@ -8,6 +8,7 @@ without a network would answer with a screen of errors.
     with chromium() as browser:
         page = offline_page(browser)
         page.goto(path.as_uri())
+        screenshot(browser, path, png_path)    # a written page, whole, as PNG
 """
 
 from __future__ import annotations
@@ -81,3 +82,17 @@ def offline_page(browser, width: int = 1400, height: int = 900):
     page.on("console", lambda message: message.type == "error" and page.errors.append(message.text))
     page.on("pageerror", lambda error: page.errors.append(str(error)))
     return page
+
+
+def screenshot(browser, page_path: Path, png_path: Path, width: int = 1400) -> None:
+    """Open the written page `page_path` in `browser`, `width` px wide, and save the whole page
+    as PNG; a page that logs an error or requests anything but itself raises RuntimeError."""
+    page = offline_page(browser, width=width, height=900)
+    try:
+        page.goto(page_path.resolve().as_uri())
+        page.wait_for_selector("body[data-ready]")
+        if page.errors or page.requests != [page_path.resolve().as_uri()]:
+            raise RuntimeError(f"the page misbehaved: errors {page.errors}, requests {page.requests}")
+        page.screenshot(path=str(png_path), full_page=True)
+    finally:
+        page.context.close()

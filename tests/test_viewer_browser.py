@@ -7,19 +7,16 @@ skipped, so CI cannot pass without having looked at the page."""
 
 import itertools
 import struct
+import subprocess
 import sys
 
 import numpy as np
 import pytest
-from conftest import ROOT
-from headless import BrowserMissing, chromium, offline_page
+from conftest import ROOT, SUBPROCESS_ENV, train_tiny_run
+from headless import BrowserMissing, chromium, offline_page, screenshot
 from test_viewer import HOSTILE_TOKENS, made_head_report, made_report
 
 from tinytf.viewer import MIN_LINE, WEIGHT_SCALE, attention_page
-
-sys.path.insert(0, str(ROOT / "scripts"))
-
-import viewer_screenshot
 
 TOKENS = ["<bos>", "the", "cat", "sat", "on", "the", "mat"]
 SOURCE = ["3", "1", "2", "0"]
@@ -227,9 +224,38 @@ def test_a_max_len_input_scrolls_instead_of_overlapping(open_page):
     assert page.locator("#map-view rect.cell").count() == 256 * 256
 
 
-def test_the_readme_screenshot_script_saves_a_png(browser, pages, tmp_path):
+def test_a_screenshot_is_the_whole_page_as_png(browser, pages, tmp_path):
+    # What scripts/viewer_screenshot.py saves as docs/attention-viewer.png.
     out = tmp_path / "shot.png"
-    viewer_screenshot.screenshot(browser, pages["decoder"][0], out)
+    screenshot(browser, pages["decoder"][0], out, width=1200)
     header = out.read_bytes()[:24]
     width, height = struct.unpack(">II", header[16:24])
-    assert header[:8] == b"\x89PNG\r\n\x1a\n" and width >= 1000 and height >= 500
+    assert header[:8] == b"\x89PNG\r\n\x1a\n" and width == 1200 and height >= 500
+
+
+def test_no_screenshot_is_taken_of_a_page_that_asks_the_network(browser, tmp_path):
+    page_path, out = tmp_path / "calls-home.html", tmp_path / "shot.png"
+    page_path.write_text("<body data-ready><script>fetch('http://example.invalid/x')</script></body>")
+    with pytest.raises(RuntimeError, match=r"requests .*http://example\.invalid/x"):
+        screenshot(browser, page_path, out)
+    assert not out.exists()
+
+
+@pytest.mark.slow
+def test_the_screenshot_script_writes_a_run_s_page_and_saves_its_png(tmp_path):
+    run_dir = train_tiny_run(tmp_path)
+    out = tmp_path / "viewer.png"
+    done = subprocess.run(
+        [sys.executable, "scripts/viewer_screenshot.py", "--run", run_dir, "--text", "3 1 2", "--out", out],
+        cwd=ROOT,
+        env=SUBPROCESS_ENV,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    written, wrote = done.stdout.splitlines()
+    assert written.endswith(" s (the whole command)") and wrote == f"wrote {out}"
+    header = out.read_bytes()[:24]
+    assert header[:8] == b"\x89PNG\r\n\x1a\n" and struct.unpack(">II", header[16:24])[0] == 1400
