@@ -27,7 +27,7 @@ attention_module = importlib.import_module("tinytf.model.attention")  # tinytf.m
 
 
 def numpy_attention(q, k, v, mask=None):
-    """Straight from the formula, as the source material writes it (mask: 1 keep, 0 hide)."""
+    """Straight from the formula, as the textbooks write it (mask: 1 keep, 0 hide)."""
     scores = q @ np.swapaxes(k, -2, -1) / np.sqrt(q.shape[-1])
     if mask is not None:
         scores = np.where(mask == 0, -1e9, scores)

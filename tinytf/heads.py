@@ -12,17 +12,17 @@ pattern says something: over all rows a perfect induction head would score about
 half, as the first half of a repeated sequence has no earlier occurrence to look at.
 Inputs where the pattern has no row at all (a sequence without duplicates) do not count.
 
-The patterns (the seed chapter's table names them):
+The patterns (a textbook chapter on attention tabulates the first three and the syntactic one):
 
-    self        P[i, i]: the diagonal ("Diagonal")
-    previous    P[i, i-1] ("Token anterior")
-    first       P[i, 0], e.g. <bos> ("Primeiro token"); a resting place for heads with nothing to do
+    self        P[i, i]: the diagonal
+    previous    P[i, i-1]: the token before
+    first       P[i, 0], e.g. <bos>; a resting place for heads with nothing to do
     duplicate   P[i, j] where j < i holds the same token as i
     induction   P[i, j] where token j-1 equals token i and j-1 < i: "after A came B before;
                 I am A again: look at that B"
     <task>      the task's alignment: for each answer token, the source position a correct
                 algorithm reads (copy, reverse, sort, histogram; sentences: from the
-                position that predicts a verb to the verb's subject, "Sintático")
+                position that predicts a verb to the verb's subject: the syntactic pattern)
 
 Cross-attention reads another sequence (queries from the answer, keys from the source):
 only `first` and the task's alignments apply there. A head's `entropy` (nats, averaged

@@ -3,7 +3,7 @@ heatmap for the terminal.
 
 Reading a map: row i is query token i, column j is key token j, and the cell's darkness
 is how much of query i's attention goes to key j (each row sums to 1). Patterns worth
-looking for (see the source material's table): a diagonal (each token attends to
+looking for (a textbook chapter on attention tabulates them): a diagonal (each token attends to
 itself), the diagonal just below it (the previous token), a bright first column (the
 first token / <bos> as a resting place), and off-diagonal links such as a verb looking
 back at its subject.

@@ -60,9 +60,6 @@ from tinytf.model.layers import LayerCache, TransformerStack
 from tinytf.model.masks import attention_bias
 from tinytf.model.positional import POSITIONAL_ENCODINGS, RotaryPositions
 
-_compiling = getattr(torch.compiler, "is_compiling", lambda: False)  # torch < 2.3 has none: always check
-
-
 class Transformer(nn.Module):
     def __init__(self, config: ModelConfig, vocab_size: int) -> None:
         super().__init__()
@@ -312,7 +309,7 @@ class Transformer(nn.Module):
 
 def check_ids(ids: torch.Tensor, vocab_size: int, name: str) -> None:
     """A clear error unless `ids` is a non-empty (B, L) tensor of token ids in [0, vocab_size)."""
-    if _compiling():  # a compiled training step reads the task's own batches; a check would split its graph
+    if torch.compiler.is_compiling():  # a compiled training step reads the task's own batches; a check would split its graph
         return
     if not isinstance(ids, torch.Tensor) or ids.dtype not in (torch.long, torch.int):
         got = ids.dtype if isinstance(ids, torch.Tensor) else type(ids).__name__
