@@ -60,6 +60,7 @@ from tinytf.model.layers import LayerCache, TransformerStack
 from tinytf.model.masks import attention_bias
 from tinytf.model.positional import POSITIONAL_ENCODINGS, RotaryPositions
 
+
 class Transformer(nn.Module):
     def __init__(self, config: ModelConfig, vocab_size: int) -> None:
         super().__init__()
@@ -309,7 +310,8 @@ class Transformer(nn.Module):
 
 def check_ids(ids: torch.Tensor, vocab_size: int, name: str) -> None:
     """A clear error unless `ids` is a non-empty (B, L) tensor of token ids in [0, vocab_size)."""
-    if torch.compiler.is_compiling():  # a compiled training step reads the task's own batches; a check would split its graph
+    # A compiled training step reads the task's own batches; a check would split its graph.
+    if torch.compiler.is_compiling():
         return
     if not isinstance(ids, torch.Tensor) or ids.dtype not in (torch.long, torch.int):
         got = ids.dtype if isinstance(ids, torch.Tensor) else type(ids).__name__
