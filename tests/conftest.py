@@ -5,9 +5,14 @@ Test files import the helpers by name (`from conftest import tiny_config`): pyte
 this folder on sys.path, since tests/ is not a package.
 """
 
+import builtins
+import contextlib
+import hashlib
 import json
 import os
+import shutil
 import signal
+import threading
 from pathlib import Path
 
 import pytest
@@ -15,9 +20,11 @@ import torch
 import yaml
 from typer.testing import CliRunner
 
+from tinytf.checkpoint import load_checkpoint
 from tinytf.cli import app
 from tinytf.config import config_from_dict
 from tinytf.loggers import NullLogger
+from tinytf.runs import checkpoint_path
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = sorted((ROOT / "configs").rglob("*.yaml"))  # configs/rasp/ too
@@ -110,3 +117,105 @@ def assert_user_error(result, fragment):
     assert result.exit_code == 2, result.output
     assert result.stderr.startswith("error: ") and result.stderr.count("\n") == 1, result.stderr
     assert fragment in result.stderr, result.stderr
+
+
+def snapshot(run_dir):
+    """Every file of a run folder with a hash of its bytes: equal snapshots, unchanged run."""
+    return {
+        str(path.relative_to(run_dir)): hashlib.sha256(path.read_bytes()).hexdigest()
+        for path in sorted(Path(run_dir).rglob("*"))
+        if path.is_file()
+    }
+
+
+def copy_run(run_dir, folder):
+    """A copy of `run_dir` inside `folder`, for a test that changes a run others read."""
+    return Path(shutil.copytree(run_dir, Path(folder) / Path(run_dir).name))
+
+
+def files_under(folder):
+    return sorted(str(path.relative_to(folder)) for path in Path(folder).rglob("*"))
+
+
+def final_weights(run_dir):
+    return load_checkpoint(checkpoint_path(run_dir, "last"))["model"]
+
+
+def assert_same_weights(expected, actual):
+    assert expected.keys() == actual.keys()
+    for key in expected:
+        assert torch.equal(expected[key], actual[key]), key
+
+
+@contextlib.contextmanager
+def unblocked_after(seconds, action):
+    """Run `action` in a thread after `seconds` unless the block is done by then: the
+    safety net that turns a hang on a FIFO (the bug) into a failed assertion."""
+    timer = threading.Timer(seconds, action)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
+
+
+# Tests run as root here, and root enters every folder: the denial is simulated where the
+# OS reports it. In a folder without x permission, stat() and open() of anything inside it
+# fail with EACCES (and so do Path.is_file(), is_dir() and exists(), which do not catch it);
+# listing the folder fails too.
+def deny_entry(monkeypatch, folder):
+    """Make `folder` one the user cannot enter, as far as this process can tell."""
+    inside = str(folder) + os.sep
+
+    def guard(real, listing=False):
+        def denied(path, *args, **kwargs):
+            name = os.fspath(path) if isinstance(path, str | os.PathLike) else ""
+            if name.startswith(inside) or (listing and name.rstrip(os.sep) == str(folder)):
+                raise PermissionError(13, "Permission denied", name)
+            return real(path, *args, **kwargs)
+
+        return denied
+
+    for module, name, listing in [
+        (os, "stat", False),
+        (os, "open", False),
+        (builtins, "open", False),
+        (os, "listdir", True),
+        (os, "scandir", True),
+    ]:
+        monkeypatch.setattr(module, name, guard(getattr(module, name), listing))
+
+
+# ---- trained runs shared by the tests that read them (a test that changes one copies it first)
+
+# Two layers (for --layer 1), 20 steps, a checkpoint every 10.
+TINY = tiny_data(
+    model={"n_layers": 2},
+    train={"steps": 20, "batch_size": 16, "eval_every": 10, "checkpoint_every": 10},
+    log={"every": 5, "attention_every": 10},
+)
+
+
+@pytest.fixture(scope="session")
+def run(tmp_path_factory):
+    """A tiny finished run (`tiny_data()`, 12 steps), alone in its runs folder."""
+    return train_tiny_run(tmp_path_factory.mktemp("run"))
+
+
+@pytest.fixture(scope="session")
+def runs(run):
+    """The runs folder that holds `run` alone."""
+    return run.parent
+
+
+@pytest.fixture(scope="session", params=["decoder", "encoder", "encoder-decoder"])
+def trained(request, tmp_path_factory):
+    """`TINY` trained through the CLI per architecture: (runs folder, run folder)."""
+    folder = tmp_path_factory.mktemp(request.param)
+    data = {**TINY, "model": {**TINY["model"], "arch": request.param}}
+    result = invoke("train", write_config(folder, data), "--runs-dir", folder / "runs")
+    assert result.exit_code == 0, result.output
+    (run_dir,) = (folder / "runs").iterdir()
+    assert f"run: {run_dir}" in result.stdout
+    return folder / "runs", run_dir

@@ -1,12 +1,24 @@
-"""The command line: real exit codes, one-line errors, no tracebacks."""
+"""The command line as a whole: help, `config show`, `tasks`, usage errors, and one `error: `
+line with exit code 2 for every mistake, through the CLI and through `python -m tinytf`."""
 
 import functools
+import json
 import subprocess
 import sys
 
 import pytest
+import torch
 import yaml
-from conftest import CONFIGS, ROOT, SUBPROCESS_ENV, assert_user_error, invoke, tiny_data, write_config
+from conftest import (
+    CONFIGS,
+    ROOT,
+    SUBPROCESS_ENV,
+    TINY,
+    assert_user_error,
+    invoke,
+    tiny_data,
+    write_config,
+)
 
 from tinytf.config import TaskConfig
 from tinytf.tasks import TASKS
@@ -64,12 +76,6 @@ def test_python_dash_m_reports_errors_without_traceback(tmp_path):
     assert (
         process.stderr.strip() == f"error: {bad}: line 3, column 11: invalid YAML: mapping values are not allowed here"
     )
-
-
-def test_help_lists_commands():
-    result = invoke("--help")
-    assert result.exit_code == 0
-    assert "config" in result.stdout
 
 
 @functools.cache
@@ -146,3 +152,89 @@ def test_config_show_and_train_refuse_a_config_with_the_same_line(task, fragment
     assert trained.stderr == shown.stderr
     assert trained.stdout == shown.stdout == ""
     assert not (tmp_path / "runs").exists()  # refused before a run folder was made
+
+
+USAGE_ERRORS = [
+    (["attend", "1 2", "--format", "bogus"], "error: --format: 'bogus' is not one of table, json, npz, png, html\n"),
+    (["attend", "1 2", "--layer", "x"], "error: --layer: "),
+    (["attend", "1 2", "--bogus"], "error: no such option: --bogus"),
+    (["attend"], "error: missing argument 'text'\n"),
+    (["attend", "1 2", "--format"], "error: option '--format' requires an argument\n"),
+    (["bogus"], "error: no such command 'bogus'\n"),
+    (["config", "show"], "error: missing argument 'config'\n"),
+    (["eval", "--n", "0"], "error: --n: "),
+    (["predict", "1 2", "3 4"], "error: got unexpected extra argument(s) (3 4)\n"),
+]
+
+
+@pytest.mark.parametrize(
+    "args, start", USAGE_ERRORS, ids=lambda value: " ".join(value) if isinstance(value, list) else ""
+)
+def test_usage_errors_are_one_error_line(args, start):
+    result = invoke(*args)
+    assert_user_error(result, start.removeprefix("error: "))
+    assert result.stderr.startswith(start) and result.stdout == ""
+
+
+def test_usage_errors_through_python_dash_m():
+    """`python -m tinytf` runs main(), the path a user takes (CliRunner calls the app)."""
+    for args, start in USAGE_ERRORS:
+        process = subprocess.run(
+            [sys.executable, "-m", "tinytf", *args], capture_output=True, text=True, timeout=120, env=SUBPROCESS_ENV
+        )
+        assert process.returncode == 2, (args, process.stderr)
+        assert process.stderr.startswith(start) and process.stderr.count("\n") == 1, (args, process.stderr)
+        assert process.stdout == ""
+
+
+def test_help_still_works():
+    for args in (["--help"], ["attend", "--help"], ["config", "--help"]):
+        process = subprocess.run(
+            [sys.executable, "-m", "tinytf", *args], capture_output=True, text=True, timeout=120, env=SUBPROCESS_ENV
+        )
+        assert process.returncode == 0, (args, process.stderr)
+        assert "Usage: tinytf" in process.stdout and process.stderr == ""
+    bare = subprocess.run(
+        [sys.executable, "-m", "tinytf"], capture_output=True, text=True, timeout=120, env=SUBPROCESS_ENV
+    )
+    assert "Usage: tinytf" in bare.stdout and "train" in bare.stdout and "error" not in bare.stderr
+    result = invoke("--help")
+    assert result.exit_code == 0 and "Usage: " in result.stdout
+
+
+def test_training_errors_are_one_line(tmp_path):
+    bad = {**TINY, "model": {**TINY["model"], "n_heads": 3}}
+    assert_user_error(invoke("train", write_config(tmp_path, bad)), "divisible by n_heads=3")
+    assert_user_error(invoke("train", tmp_path / "missing.yaml"), "config file not found")
+    if not torch.cuda.is_available():
+        assert_user_error(invoke("train", write_config(tmp_path, TINY), "--device", "cuda"), "no cuda device")
+
+
+def test_packaged_quickstart_is_the_shipped_one():
+    packaged = ROOT / "tinytf" / "quickstart.yaml"
+    assert packaged.read_text() == (ROOT / "configs" / "quickstart.yaml").read_text()
+
+
+def test_train_without_config_uses_the_quickstart(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # works from any folder
+    result = invoke("train", "--set", "train.steps=2", "--set", "train.eval_every=2", "--set", "task.eval_size=20")
+    assert result.exit_code == 0, result.output
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    assert run_dir.name.startswith("quickstart-")
+    assert yaml.safe_load((run_dir / "config.yaml").read_text())["task"]["name"] == "sentences"
+
+
+def test_board_needs_a_runs_folder(tmp_path):
+    assert_user_error(invoke("board", "--runs-dir", tmp_path / "nothing"), "no such folder")
+
+
+def test_errors_without_a_trained_run(tmp_path):
+    assert_user_error(invoke("attend", "1 2", "--runs-dir", tmp_path / "empty"), "no runs in")
+    assert_user_error(invoke("predict", "1 2", "--run", tmp_path / "nope"), "run folder not found")
+    half = tmp_path / "runs" / "half"
+    (half / "checkpoints").mkdir(parents=True)
+    (half / "config.yaml").write_text(yaml.safe_dump(TINY))
+    (half / "vocab.json").write_text(json.dumps({"split": "word", "tokens": ["<pad>", "<bos>", "<sep>", "<eos>"]}))
+    assert_user_error(invoke("eval", "--run", half), "no best checkpoint yet")
+    assert_user_error(invoke("train", "--resume", half), "checkpoint not found")
+    assert_user_error(invoke("train", write_config(tmp_path, TINY), "--resume", half), "drop CONFIG")

@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import CONFIGS
+from conftest import CONFIGS, assert_user_error, deny_entry, invoke, tiny_data, write_config
 
 import tinytf
 from tinytf.config import MAX_CONFIG_BYTES, Config, ModelConfig, TaskConfig, config_from_dict, parse_config
@@ -399,3 +399,55 @@ def test_a_fifo_is_not_a_config_file(tmp_path):
 def test_a_device_is_not_a_config_file():
     message, _ = read_in_a_subprocess("/dev/zero", seconds=10)  # it never ends
     assert message == "/dev/zero: is a character device; a config must be a regular file"
+
+
+# ---- files that cannot be read or never end
+
+
+@pytest.mark.parametrize("value", [".inf", "-.inf", ".nan", "1e309"])
+def test_non_finite_numbers_are_config_errors(tmp_path, value):
+    path = tmp_path / "c.yaml"
+    path.write_text(f"train:\n  lr: {value}\n")
+    with pytest.raises(ConfigError, match=r"train\.lr"):
+        load_config(path)
+
+
+def test_a_text_task_refuses_a_file_that_never_ends(tmp_path):
+
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    for path in (fifo, "/dev/zero"):
+        config = write_config(tmp_path, {"task": {"name": "text", "path": str(path)}})
+        assert_user_error(invoke("config", "show", config), "is not a regular file")
+
+
+@pytest.fixture
+def locked(tmp_path, monkeypatch):
+    """A config inside `locked/`, a folder the user cannot enter."""
+    folder = tmp_path / "locked"
+    folder.mkdir()
+    config = write_config(folder, tiny_data())
+    deny_entry(monkeypatch, folder)
+    return config
+
+
+@pytest.mark.parametrize("command", [["config", "show"], ["train"]])
+def test_a_config_in_a_folder_the_user_cannot_enter_is_one_line(locked, command, tmp_path):
+    extra = ["--runs-dir", tmp_path / "runs"] if command == ["train"] else []
+    result = invoke(*command, locked, *extra)
+    assert_user_error(result, f"{locked}: cannot read config file")
+    assert "Permission denied" in result.stderr
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_config_the_user_cannot_open_is_one_line(tmp_path, monkeypatch):
+    config = write_config(tmp_path, tiny_data())
+    real_open = os.open
+
+    def open_(path, *args, **kwargs):  # stat() works (the folder is open), reading does not
+        if str(path) == str(config):
+            raise PermissionError(13, "Permission denied", str(path))
+        return real_open(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", open_)
+    assert_user_error(invoke("config", "show", config), f"{config}: cannot read config file")

@@ -1,27 +1,37 @@
-"""The training loop, run folders and checkpoints, through the library API."""
+"""The training loop through the library API: TensorBoard and metrics, determinism, early
+stopping, the schedule, devices and precision, and divergence stopped before it reaches the
+weights."""
 
 import itertools
+import json
 import math
-import os
-import pickle
 
 import pytest
 import torch
-from conftest import CtrlCAt, read_metrics, tiny_config
+from conftest import (
+    assert_same_weights,
+    final_weights,
+    invoke,
+    read_metrics,
+    tiny_config,
+    tiny_data,
+    write_config,
+)
 
 from tinytf import training
-from tinytf.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from tinytf.checkpoint import load_checkpoint
 from tinytf.config import config_from_dict
 from tinytf.data import TaskData
 from tinytf.distributed import OneProcess
 from tinytf.errors import UserError
 from tinytf.framing import get_framing
-from tinytf.loggers import RecordingLogger
+from tinytf.loggers import MetricsFileLogger, NullLogger, RecordingLogger
 from tinytf.model import build_model
-from tinytf.runs import checkpoint_path, create_run_dir, load_run, newest_run
+from tinytf.runs import checkpoint_path
 from tinytf.tasks import get_task
 from tinytf.training import (
     Trainer,
+    TrainingDiverged,
     _assemble,
     learning_rate_factor,
     make_optimizer,
@@ -29,33 +39,6 @@ from tinytf.training import (
     step_precision,
     train,
 )
-
-
-def final_weights(run_dir):
-    return load_checkpoint(checkpoint_path(run_dir, "last"))["model"]
-
-
-def assert_same_weights(expected, actual):
-    assert expected.keys() == actual.keys()
-    for key in expected:
-        assert torch.equal(expected[key], actual[key]), key
-
-
-def test_a_run_folder_holds_everything(tmp_path):
-    result = train(tiny_config(), runs_dir=tmp_path, name="sort")
-    run_dir = result.run_dir
-    assert run_dir.parent == tmp_path and run_dir.name.startswith("sort-")
-    assert result.step == 12 and not result.interrupted
-    for name in ("config.yaml", "vocab.json", "checkpoints/last.pt", "checkpoints/best.pt", "metrics.jsonl"):
-        assert (run_dir / name).is_file(), name
-    assert list(run_dir.glob("events.out.tfevents.*"))
-    records = read_metrics(run_dir)
-    assert {r["split"] for r in records} == {"train", "val"}
-    for record in records:
-        assert {"step", "split", "loss", "token_acc", "seq_acc", "lr", "tokens_per_s"} <= set(record)
-    assert [r["step"] for r in records if r["split"] == "val"] == [4, 8, 12]
-    assert load_checkpoint(checkpoint_path(run_dir, "last"))["step"] == 12
-    assert load_run(run_dir, "best").step == result.best["step"]
 
 
 def test_tensorboard_events_hold_scalars_and_attention_images(tmp_path):
@@ -111,36 +94,6 @@ def test_training_is_deterministic_on_cpu(tmp_path):
     assert [r["loss"] for r in read_metrics(other_seed)] != losses[0]
 
 
-@pytest.mark.parametrize("optimizer", ["adamw", "muon"])
-def test_ctrl_c_then_resume_ends_with_the_same_weights(optimizer, tmp_path):
-    config = tiny_config(train={"optimizer": optimizer})
-    uninterrupted = train(config, runs_dir=tmp_path / "a")
-
-    stopped = train(config, runs_dir=tmp_path / "b", loggers=[CtrlCAt(5)])
-    assert stopped.interrupted and stopped.step == 5
-    assert load_checkpoint(checkpoint_path(stopped.run_dir, "last"))["step"] == 5
-    resumed = train(config, resume=stopped.run_dir)
-    assert resumed.run_dir == stopped.run_dir and resumed.step == 12 and not resumed.interrupted
-
-    assert_same_weights(final_weights(uninterrupted.run_dir), final_weights(resumed.run_dir))
-
-
-def test_a_resumed_run_takes_the_optimizer_settings_of_its_config(tmp_path):
-    """The checkpoint gives the optimizer's state; train.lr, betas and weight decay come
-    from the resumed config, as in a fresh run with those settings."""
-    stopped = train(tiny_config(), runs_dir=tmp_path / "a", loggers=[CtrlCAt(6)])
-    changed = {"lr": 0.02, "betas": [0.8, 0.9], "weight_decay": 0.5}
-    resumed = train(tiny_config(train=changed), resume=stopped.run_dir)
-    fresh = train(tiny_config(train=changed), runs_dir=tmp_path / "b")
-    rates = [
-        {r["step"]: r["lr"] for r in read_metrics(run.run_dir) if r["split"] == "train" and r["step"] > 6}
-        for run in (resumed, fresh)
-    ]
-    assert rates[0] == rates[1] and len(rates[0]) == 3  # steps 8, 10, 12
-    groups = load_checkpoint(checkpoint_path(resumed.run_dir, "last"))["optimizer"]["param_groups"]
-    assert [g["betas"] for g in groups] == [(0.8, 0.9)] * 2 and groups[0]["weight_decay"] == 0.5
-
-
 def test_stop_at_accuracy_stops_at_the_first_evaluation_that_reaches_it(tmp_path):
     # Tuned to learn fast: the 0.1 exact-match threshold is first reached at step 60 of 300 (seed 0 on CPU).
     settings = {"steps": 300, "eval_every": 10, "lr": 0.01, "batch_size": 16, "stop_at_accuracy": 0.1}
@@ -154,69 +107,6 @@ def test_stop_at_accuracy_stops_at_the_first_evaluation_that_reaches_it(tmp_path
     assert result.final["seq_acc"] == first["seq_acc"]
     assert max(r["step"] for r in records) == first["step"]  # no train or val row after the stop
     assert load_checkpoint(checkpoint_path(result.run_dir, "last"))["step"] == first["step"]
-
-
-def test_runs_never_share_a_folder(tmp_path):
-    folders = {create_run_dir(tmp_path, "same") for _ in range(5)}
-    assert len(folders) == 5 and all(folder.is_dir() for folder in folders)
-
-
-def test_newest_run_and_missing_runs(tmp_path):
-    with pytest.raises(UserError, match="no runs in"):
-        newest_run(tmp_path)
-    result = train(tiny_config(train={"steps": 2}), runs_dir=tmp_path)
-    assert newest_run(tmp_path) == result.run_dir
-
-
-def test_checkpoint_writes_are_atomic(tmp_path, monkeypatch):
-    path = tmp_path / "last.pt"
-    save_checkpoint({"step": 1, "weights": torch.ones(3)}, path)
-
-    def crash_midway(obj, file, *args, **kwargs):
-        file.write(b"half a checkpoint")
-        raise OSError("disk full")
-
-    monkeypatch.setattr(torch, "save", crash_midway)
-    with pytest.raises(OSError, match="disk full"):
-        save_checkpoint({"step": 2, "weights": torch.zeros(3)}, path)
-    assert load_checkpoint(path)["step"] == 1  # the previous checkpoint survives whole
-    assert [p.name for p in tmp_path.iterdir()] == ["last.pt"]  # and no temporary file is left
-
-
-class Payload:
-    """Unpickling this runs a command: what a tampered checkpoint would carry."""
-
-    def __init__(self, marker):
-        self.marker = marker
-
-    def __reduce__(self):
-        return (os.system, (f"touch {self.marker}",))
-
-
-def test_a_tampered_checkpoint_is_refused_without_running_its_code(tmp_path):
-    marker = tmp_path / "pwned"
-    path = tmp_path / "evil.pt"
-    with open(path, "wb") as file:
-        pickle.dump({"format": "tinytf-checkpoint-1", "model": Payload(marker)}, file)
-    with pytest.raises(CheckpointError, match="not a tinytf checkpoint: it holds Python objects"):
-        load_checkpoint(path)
-    assert not marker.exists()
-    # ...and the same through torch's own zip format
-    torch.save({"format": "tinytf-checkpoint-1", "model": Payload(marker)}, path)
-    with pytest.raises(CheckpointError):
-        load_checkpoint(path)
-    assert not marker.exists()
-
-
-def test_other_files_are_not_checkpoints(tmp_path):
-    (tmp_path / "junk.pt").write_bytes(b"\x00not torch")
-    with pytest.raises(CheckpointError):
-        load_checkpoint(tmp_path / "junk.pt")
-    torch.save({"step": 3}, tmp_path / "foreign.pt")
-    with pytest.raises(CheckpointError, match="not a tinytf checkpoint"):
-        load_checkpoint(tmp_path / "foreign.pt")
-    with pytest.raises(CheckpointError, match="not found"):
-        load_checkpoint(tmp_path / "missing.pt")
 
 
 def test_learning_rate_warms_up_then_decays():
@@ -366,3 +256,119 @@ def test_a_trainer_built_from_its_parts_reports_to_its_loggers_and_writes_nothin
     logged = [r for r in read_metrics(assembled.run_dir) if r["split"] == "val"]
     assert [r["loss"] for r in logged] == [values["loss"] for _, values in val]
     assert_same_weights(model.state_dict(), final_weights(assembled.run_dir))
+
+
+def trainer_with(tmp_path, make_logger, **train_keys):
+    """A Trainer of the tiny config, built from its parts, with the logger `make_logger(model)`;
+    returns it, its model and its run folder (checkpoints go there)."""
+    config = tiny_config(train=train_keys)
+    task = get_task(config.task)
+    model = build_model(config)
+    run_dir = tmp_path / "run"
+    (run_dir / "checkpoints").mkdir(parents=True)
+    trainer = Trainer(
+        model,
+        get_framing(task, "decoder"),
+        TaskData(task, 0, 40),
+        config.train,
+        config.log,
+        [make_logger(model)],
+        run_dir=run_dir,
+    )
+    return trainer, model, run_dir
+
+
+class PoisonAt(NullLogger):
+    """Makes the weights non-finite once step `at` is done (as a blown-up update would)."""
+
+    def __init__(self, model, at):
+        self.model, self.at = model, at
+
+    def step(self, step):
+        if step == self.at:
+            with torch.no_grad():
+                next(self.model.parameters()).fill_(float("nan"))
+
+
+def test_divergence_stops_keeps_the_last_finite_checkpoint_and_says_what_to_do(tmp_path):
+    trainer, _, run_dir = trainer_with(
+        tmp_path, lambda model: PoisonAt(model, at=5), checkpoint_every=4, eval_every=4, steps=12
+    )
+    with pytest.raises(TrainingDiverged) as caught:
+        trainer.run()
+    message = str(caught.value)
+    assert "training diverged at step 6" in message and "last.pt keeps step 4" in message and "train.lr" in message
+    for which in ("last", "best"):
+        state = load_checkpoint(checkpoint_path(run_dir, which))
+        assert state["step"] == 4
+        assert all(torch.isfinite(t).all() for t in state["model"].values())
+
+
+def test_a_huge_learning_rate_ends_in_one_line_and_strict_json(tmp_path):
+    data = tiny_data(train={"lr": 1e6, "warmup_steps": 1, "steps": 40, "grad_clip": None})
+    result = invoke("train", write_config(tmp_path, data), "--runs-dir", tmp_path / "runs")
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    last_line = result.stderr.strip().splitlines()[-1]  # after the progress bar
+    assert last_line.startswith("error: training diverged at step") and "try a lower train.lr" in last_line
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    metrics = run_dir / "metrics.jsonl"
+    for line in metrics.read_text().splitlines() if metrics.exists() else []:
+        json.loads(line, parse_constant=lambda name: pytest.fail(f"{name} in metrics.jsonl"))
+    for which in ("last", "best"):
+        path = checkpoint_path(run_dir, which)
+        if path.exists():
+            assert all(torch.isfinite(t).all() for t in load_checkpoint(path)["model"].values())
+
+
+class InfiniteGradientAt(NullLogger):
+    """Before step `at`'s update, one gradient turns infinite (hooked on a weight)."""
+
+    def __init__(self, model, at):
+        self.steps = 0
+
+        def poison(grad):
+            self.steps += 1
+            return grad * float("inf") if self.steps == at else grad
+
+        next(model.parameters()).register_hook(poison)
+
+
+def test_a_non_finite_gradient_without_clipping_never_reaches_the_weights(tmp_path):
+    trainer, model, _ = trainer_with(
+        tmp_path,
+        lambda model: InfiniteGradientAt(model, at=3),
+        grad_clip=None,
+        checkpoint_every=2,
+        eval_every=2,
+        steps=12,
+    )
+    with pytest.raises(TrainingDiverged, match="training diverged at step 3"):
+        trainer.run()
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+
+
+def test_a_full_disk_mid_training_is_one_line_naming_the_last_good_checkpoint(tmp_path, monkeypatch):
+    import errno
+
+    import tinytf.training
+
+    real_save = tinytf.training.save_checkpoint
+
+    def save_until_full(state, path):
+        if state["step"] > 4:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real_save(state, path)
+
+    monkeypatch.setattr(tinytf.training, "save_checkpoint", save_until_full)
+    data = tiny_data(train={"checkpoint_every": 4})
+    result = invoke("train", write_config(tmp_path, data), "--runs-dir", tmp_path / "runs")
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    last_line = result.stderr.strip().splitlines()[-1]
+    assert "No space left on device" in last_line and "checkpoints/last.pt still holds step 4" in last_line
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    assert load_checkpoint(checkpoint_path(run_dir, "last"))["step"] == 4
+
+
+def test_metrics_file_writes_null_for_a_number_that_is_not_finite(tmp_path):
+    MetricsFileLogger(tmp_path / "m.jsonl").metrics(3, "train", {"loss": float("nan"), "lr": 0.1})
+    assert json.loads((tmp_path / "m.jsonl").read_text()) == {"step": 3, "split": "train", "loss": None, "lr": 0.1}

@@ -1,0 +1,182 @@
+"""Run folders: what one holds, never shared or reused, one trainer at a time, found by default
+(the newest with a checkpoint), named only inside --runs-dir, and one `error: ` line where
+they cannot be read or written."""
+
+import shutil
+import signal
+import subprocess
+import sys
+
+import pytest
+import yaml
+from conftest import (
+    SUBPROCESS_ENV,
+    TINY,
+    assert_user_error,
+    copy_run,
+    deny_entry,
+    files_under,
+    invoke,
+    read_metrics,
+    snapshot,
+    tiny_config,
+    tiny_data,
+    write_config,
+)
+
+from tinytf.checkpoint import load_checkpoint
+from tinytf.errors import UserError
+from tinytf.runs import checkpoint_path, create_run_dir, exclusive_training, load_run, newest_run
+from tinytf.training import (
+    train,
+)
+
+
+def test_a_run_folder_holds_everything(tmp_path):
+    result = train(tiny_config(), runs_dir=tmp_path, name="sort")
+    run_dir = result.run_dir
+    assert run_dir.parent == tmp_path and run_dir.name.startswith("sort-")
+    assert result.step == 12 and not result.interrupted
+    for name in ("config.yaml", "vocab.json", "checkpoints/last.pt", "checkpoints/best.pt", "metrics.jsonl"):
+        assert (run_dir / name).is_file(), name
+    assert list(run_dir.glob("events.out.tfevents.*"))
+    records = read_metrics(run_dir)
+    assert {r["split"] for r in records} == {"train", "val"}
+    for record in records:
+        assert {"step", "split", "loss", "token_acc", "seq_acc", "lr", "tokens_per_s"} <= set(record)
+    assert [r["step"] for r in records if r["split"] == "val"] == [4, 8, 12]
+    assert load_checkpoint(checkpoint_path(run_dir, "last"))["step"] == 12
+    assert load_run(run_dir, "best").step == result.best["step"]
+
+
+def test_runs_never_share_a_folder(tmp_path):
+    folders = {create_run_dir(tmp_path, "same") for _ in range(5)}
+    assert len(folders) == 5 and all(folder.is_dir() for folder in folders)
+
+
+def test_newest_run_and_missing_runs(tmp_path):
+    with pytest.raises(UserError, match="no runs in"):
+        newest_run(tmp_path)
+    result = train(tiny_config(train={"steps": 2}), runs_dir=tmp_path)
+    assert newest_run(tmp_path) == result.run_dir
+
+
+def test_the_default_run_is_the_newest_with_a_checkpoint(run, tmp_path):
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    good = runs / "good"
+    subprocess.run(["cp", "-r", str(run), str(good)], check=True)
+    crashed = train(tiny_config(), runs_dir=runs, name="crashed").run_dir  # newer, then its checkpoints lost
+    for checkpoint in (crashed / "checkpoints").iterdir():
+        checkpoint.unlink()
+    from tinytf.runs import newest_run, skipped_runs
+
+    assert newest_run(runs) == good and skipped_runs(runs) == [crashed]
+    result = invoke("eval", "--runs-dir", runs)
+    assert result.exit_code == 0 and f"run {good}" in result.stdout
+    assert f"note: skipping {crashed} (no checkpoint yet)" in result.stderr
+
+
+def test_a_second_trainer_is_refused_with_the_first_one_s_pid(run, tmp_path):
+    run = copy_run(run, tmp_path)
+    before = snapshot(run)
+    (run / "train.pid").write_text("4242\n")
+    with exclusive_training(run):
+        assert_user_error(invoke("train", "--resume", run), f"{run} is being trained by process 4242")
+    (run / "train.pid").unlink()
+    assert snapshot(run) == {k: v for k, v in before.items() if k != "train.pid"}
+
+
+def test_a_killed_trainer_leaves_no_lock_behind(run, tmp_path):
+    run = copy_run(run, tmp_path)
+    holder = (
+        "import sys, time\n"
+        "from tinytf.runs import exclusive_training\n"
+        f"with exclusive_training({str(run)!r}):\n"
+        "    print('locked', flush=True)\n"
+        "    time.sleep(600)\n"
+    )
+    process = subprocess.Popen([sys.executable, "-c", holder], stdout=subprocess.PIPE, text=True, env=SUBPROCESS_ENV)
+    try:
+        assert process.stdout.readline().strip() == "locked"  # blocks until the lock is held
+        with pytest.raises(Exception, match="is being trained by process"), exclusive_training(run):
+            pass
+    finally:
+        process.send_signal(signal.SIGKILL)
+        process.wait(timeout=60)
+    with exclusive_training(run):  # the system released the dead process's lock
+        pass
+
+
+def test_a_text_run_keeps_its_file_s_absolute_path_and_refuses_a_changed_file(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "corpus.txt").write_text("the quick brown fox jumps over the lazy dog. " * 40)
+    data = tiny_data(task={"name": "text", "path": "corpus.txt", "max_len": 8, "eval_size": 20})
+    data["task"] = {key: data["task"][key] for key in ("name", "path", "max_len", "eval_size")}
+    result = invoke("train", write_config(tmp_path, data), "--runs-dir", "runs")
+    assert result.exit_code == 0, result.output
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    saved = yaml.safe_load((run_dir / "config.yaml").read_text())
+    assert saved["task"]["path"] == str(tmp_path / "corpus.txt")
+
+    with open(tmp_path / "corpus.txt", "a") as file:
+        file.write("a new line changes the held-out windows.")
+    before = snapshot(run_dir)
+    assert_user_error(invoke("eval", "--run", run_dir), "has changed since")
+    assert_user_error(invoke("train", "--resume", run_dir, "--set", "train.steps=20"), "has changed since")
+    assert snapshot(run_dir) == before
+    assert invoke("attend", "the", "--run", run_dir).exit_code == 0  # looking inside needs only the saved vocabulary
+
+
+def test_a_text_run_can_be_looked_at_after_its_file_is_gone(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "corpus.txt").write_text("the quick brown fox jumps over the lazy dog. " * 40)
+    data = tiny_data(task={"name": "text", "path": "corpus.txt", "max_len": 8, "eval_size": 20})
+    data["task"] = {key: data["task"][key] for key in ("name", "path", "max_len", "eval_size")}
+    assert invoke("train", write_config(tmp_path, data), "--runs-dir", "runs").exit_code == 0
+    (tmp_path / "corpus.txt").unlink()
+    assert invoke("attend", "the", "--runs-dir", "runs").exit_code == 0
+    assert invoke("predict", "the qu", "--runs-dir", "runs").exit_code == 0
+    assert_user_error(invoke("eval", "--runs-dir", "runs"), "task.path")
+
+
+@pytest.mark.parametrize("name", ["../escape", "a/b", "..", ".hidden", "x\\y", ""])
+def test_train_name_must_stay_inside_runs_dir(name, tmp_path):
+    config = write_config(tmp_path, tiny_data(train={"steps": 2, "eval_every": 2}))
+    result = invoke("train", config, "--runs-dir", tmp_path / "runs", "--name", name)
+    assert_user_error(result, f"--name {name!r}: a run name is one folder name")
+    assert files_under(tmp_path) == ["tiny.yaml"]  # no run anywhere: not beside --runs-dir, not in it
+
+
+def test_unwritable_places_are_one_line_errors(trained, tmp_path):
+    runs, _ = trained
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    assert_user_error(
+        invoke("attend", "1 2", "--runs-dir", runs, "--format", "npz", "--out", blocker / "x.npz"), "cannot write"
+    )
+    assert_user_error(
+        invoke("train", write_config(tmp_path, TINY), "--runs-dir", blocker / "runs"), "cannot create a run folder"
+    )
+
+
+# BUG (found by this test; the fix is outside this file: tinytf/runs.py, or one catch in
+# cli.py): finding and loading a run probes it with Path.is_dir(), is_file() and exists(),
+# which raise PermissionError in a folder the user cannot enter: a traceback, not one line.
+@pytest.mark.parametrize(
+    "denied, args",
+    [
+        ("parent", ["attend", "0 1 2", "--run", "{run}"]),
+        ("parent", ["train", "--resume", "{run}"]),
+        ("parent", ["eval", "--runs-dir", "{parent}"]),
+        ("checkpoints", ["attend", "0 1 2", "--run", "{run}"]),
+        ("checkpoints", ["predict", "0 1 2", "--runs-dir", "{parent}"]),
+    ],
+)
+def test_a_run_in_a_folder_the_user_cannot_enter_is_one_line(run, tmp_path, monkeypatch, denied, args):
+    parent = tmp_path / "runs"
+    copy = parent / run.name
+    shutil.copytree(run, copy)
+    deny_entry(monkeypatch, parent if denied == "parent" else copy / "checkpoints")
+    result = invoke(*[arg.format(run=copy, parent=parent) for arg in args])
+    assert_user_error(result, "Permission denied")
