@@ -45,6 +45,30 @@ torch.nn.utils.clip_grad_norm_ = _capture
 if os.environ["RANK"] == "0":
     atexit.register(lambda: torch.save(gradients, out))
 """
+
+# A script for torchrun: each process writes the names of its native threads to
+# threads.RANK.before as it leaves the process group, and to threads.RANK.at-exit at exit
+# (after the CLI has returned, before the interpreter shuts down).
+LIST_THREADS = """
+import atexit, os
+from pathlib import Path
+import tinytf.distributed
+def _list_threads(when):
+    names = []
+    for tid in os.listdir("/proc/self/task"):
+        try:
+            names.append(Path(f"/proc/self/task/{tid}/comm").read_text().strip())
+        except FileNotFoundError:  # the thread ended meanwhile
+            pass
+    Path(f"threads.{os.environ['RANK']}.{when}").write_text("\\n".join(names))
+_destroy = tinytf.distributed.dist.destroy_process_group
+def _listing_destroy(*args, **kwargs):
+    _list_threads("before")
+    return _destroy(*args, **kwargs)
+tinytf.distributed.dist.destroy_process_group = _listing_destroy
+atexit.register(_list_threads, "at-exit")
+"""
+
 RUN_CLI = """
 import sys
 from tinytf.cli import main
@@ -58,7 +82,7 @@ main()
 EQUAL = {
     "model": {"dropout": 0.0},
     "train": {"steps": 300, "eval_every": 10, "lr": 0.01, "batch_size": 16, "stop_at_accuracy": 0.1},
-    "log": {"every": 1, "attention_every": 1000},
+    "log": {"every": 1, "attention_every": None},
 }
 
 
@@ -92,7 +116,8 @@ def gradient_differences(expected, actual):
 @pytest.fixture(scope="module")
 def equal_runs(tmp_path_factory):
     """The trajectory config trained by one process (in this one) and by a torchrun job of two
-    (through the CLI), each with every step's gradient as clipping received it."""
+    (through the CLI), each with every step's gradient as clipping received it; the job's
+    processes also list their threads as they leave the process group and at exit."""
     folder = tmp_path_factory.mktemp("equal")
     one = []
     real_clip = torch.nn.utils.clip_grad_norm_
@@ -109,7 +134,7 @@ def equal_runs(tmp_path_factory):
         torch.nn.utils.clip_grad_norm_ = real_clip
 
     config = write_config(folder, tiny_data(**EQUAL))
-    runner = script(folder, "capture.py", CAPTURE_GRADIENTS, RUN_CLI)
+    runner = script(folder, "capture.py", CAPTURE_GRADIENTS, LIST_THREADS, RUN_CLI)
     start = time.perf_counter()
     job = torchrun(runner, folder / "grads.pt", "train", config, "--runs-dir", folder / "two", cwd=folder)
     seconds = time.perf_counter() - start
@@ -175,7 +200,13 @@ def test_rank_0_alone_writes_one_run_folder_and_reports(equal_runs):
         "metrics.jsonl",
         "vocab.json",
     ]
-    assert sorted(path.name for path in folder.iterdir()) == ["capture.py", "grads.pt", "one", "tiny.yaml", "two"]
+    assert sorted(path.name for path in folder.iterdir() if not path.name.startswith("threads.")) == [
+        "capture.py",
+        "grads.pt",
+        "one",
+        "tiny.yaml",
+        "two",
+    ]
     assert job.stdout.count("run: ") == 1 and "best validation" in job.stdout
     # The checkpoint holds the bare model (no DDP "module." prefix): any command reads it.
     state = load_checkpoint(checkpoint_path(run_dir, "best"))
@@ -209,7 +240,7 @@ def wait_for(ready, process, timeout=60):
 
 def test_resume_after_every_process_was_killed_equals_the_uninterrupted_job(tmp_path):
     # With dropout: each process's own random stream must be saved and restored too.
-    data = tiny_data(train={"checkpoint_every": 4}, log={"attention_every": 1000})
+    data = tiny_data(train={"checkpoint_every": 4})
     assert data["model"]["dropout"] > 0
     config = write_config(tmp_path, data)
     whole = torchrun("-m", "tinytf", "train", config, "--runs-dir", tmp_path / "whole", cwd=tmp_path)
@@ -265,39 +296,12 @@ def test_resume_after_every_process_was_killed_equals_the_uninterrupted_job(tmp_
     assert rows[1] == rows[0]
 
 
-# A script for torchrun: each process writes the names of its native threads to
-# threads.RANK.before as it leaves the process group, and to threads.RANK.at-exit at exit
-# (after the CLI has returned, before the interpreter shuts down).
-LIST_THREADS = """
-import atexit, os
-from pathlib import Path
-import tinytf.distributed
-def _list_threads(when):
-    names = []
-    for tid in os.listdir("/proc/self/task"):
-        try:
-            names.append(Path(f"/proc/self/task/{tid}/comm").read_text().strip())
-        except FileNotFoundError:  # the thread ended meanwhile
-            pass
-    Path(f"threads.{os.environ['RANK']}.{when}").write_text("\\n".join(names))
-_destroy = tinytf.distributed.dist.destroy_process_group
-def _listing_destroy(*args, **kwargs):
-    _list_threads("before")
-    return _destroy(*args, **kwargs)
-tinytf.distributed.dist.destroy_process_group = _listing_destroy
-atexit.register(_list_threads, "at-exit")
-"""
-
-
 @pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads a process's threads from Linux's /proc")
-def test_no_gloo_thread_outlives_the_job(tmp_path):
+def test_no_gloo_thread_outlives_the_job(equal_runs):
     # A gloo thread still running at interpreter shutdown may touch Python objects and abort
     # the process after the training had succeeded (see join_job): leaving the job must stop
     # them. It did not while torch._dynamo, imported by DDP, held the process group.
-    config = write_config(tmp_path, tiny_data(log={"attention_every": 1000}))
-    runner = script(tmp_path, "threads.py", LIST_THREADS, RUN_CLI)
-    job = torchrun(runner, "train", config, "--runs-dir", tmp_path / "runs", cwd=tmp_path)
-    assert job.returncode == 0, job.stderr[-3000:]
+    tmp_path = equal_runs["folder"]
     for rank in (0, 1):
         before, at_exit = (
             (tmp_path / f"threads.{rank}.{when}").read_text().split("\n") for when in ("before", "at-exit")
@@ -309,7 +313,7 @@ def test_no_gloo_thread_outlives_the_job(tmp_path):
 def test_ctrl_c_saves_once_from_rank_0_and_every_process_exits(tmp_path):
     data = tiny_data(
         train={"steps": 100_000, "eval_every": 100_000, "checkpoint_every": 100_000},
-        log={"every": 20, "attention_every": 100_000},
+        log={"every": 20, "attention_every": None},
     )
     config = write_config(tmp_path, data)
     command = [*TORCHRUN, "-m", "tinytf", "train", str(config), "--runs-dir", str(tmp_path / "runs")]
@@ -351,7 +355,7 @@ def test_a_process_that_fails_stops_the_job_within_seconds(tmp_path):
         Trainer._train_step = _failing
     """
     runner = script(tmp_path, "crash.py", crash, RUN_CLI)
-    config = write_config(tmp_path, tiny_data(train={"steps": 1000}, log={"attention_every": 1000}))
+    config = write_config(tmp_path, tiny_data(train={"steps": 1000}))
     start = time.perf_counter()
     job = torchrun(runner, "train", config, "--runs-dir", tmp_path / "runs", cwd=tmp_path, timeout=60)
     assert job.returncode != 0

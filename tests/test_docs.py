@@ -173,3 +173,9 @@ def test_the_comment_count_sees_trailing_comments():
 def test_a_configs_comment_is_at_most_three_lines(config):
     count = comment_lines(config.read_text())
     assert count <= CONFIG_MAX_COMMENT_LINES, f"{config.relative_to(ROOT)} has {count} comment lines"
+
+
+def test_every_test_file_the_guarantees_name_exists():
+    named = set(re.findall(r"`(test_\w+\.py)`", (ROOT / "docs" / "guarantees.md").read_text()))
+    assert named, "docs/guarantees.md names no test file"
+    assert sorted(name for name in named if not (ROOT / "tests" / name).is_file()) == []

@@ -18,7 +18,7 @@ from tinytf.tasks import get_task
 from tinytf.training import N_HEAD_SCORE_INPUTS, Trainer, train
 from tinytf.viz import HeadScoreImages, head_column_name, head_scores_figure
 
-pytestmark = pytest.mark.usefixtures("one_torch_thread")
+MAPS = {"attention_every": 6}  # the tiny config draws no maps unless asked
 
 
 def trained_parts(config, loggers):
@@ -51,7 +51,7 @@ def report_of(scores, patterns=("self", "first", "copy")):
 @pytest.mark.parametrize("arch", ["decoder", "encoder-decoder"])
 def test_loggers_get_a_head_report_with_every_attention_map(arch):
     recorder = RecordingLogger()
-    trainer, _ = trained_parts(tiny_config(model={"arch": arch}), [recorder])
+    trainer, _ = trained_parts(tiny_config(model={"arch": arch}, log=MAPS), [recorder])
     reports = recorder.of("heads")
     assert [step for step, _ in reports] == [6, 12]  # with the attention maps: every 6 steps, and at the end
     attentions = {
@@ -72,7 +72,7 @@ def test_loggers_get_a_head_report_with_every_attention_map(arch):
 
 def test_head_scores_off_logs_none():
     recorder = RecordingLogger()
-    trained_parts(tiny_config(log={"head_scores": False}), [recorder])
+    trained_parts(tiny_config(log={**MAPS, "head_scores": False}), [recorder])
     assert recorder.of("heads") == []
     assert [step for step, *_ in recorder.of("attention")] == [6, 6, 12, 12]  # the maps are still logged
 
@@ -96,7 +96,7 @@ def test_loggers_that_do_not_want_head_scores_ignore_them(tmp_path):
 
 def test_tensorboard_holds_the_score_grid_and_each_patterns_best_score(tmp_path):
     recorder = RecordingLogger()
-    config = tiny_config(model={"arch": "encoder-decoder"})
+    config = tiny_config(model={"arch": "encoder-decoder"}, log=MAPS)
     run_dir = train(config, runs_dir=tmp_path, loggers=[recorder]).run_dir
     events = tensorboard_events(run_dir)
     images = events.Images("heads/scores")
@@ -126,7 +126,7 @@ def test_tensorboard_skips_a_pattern_no_head_is_scored_on(tmp_path):
 
 
 def test_with_head_scores_off_tensorboard_has_none(tmp_path):
-    run_dir = train(tiny_config(log={"head_scores": False}), runs_dir=tmp_path).run_dir
+    run_dir = train(tiny_config(log={**MAPS, "head_scores": False}), runs_dir=tmp_path).run_dir
     events = tensorboard_events(run_dir)
     assert not [tag for kind in ("images", "scalars") for tag in events.Tags()[kind] if tag.startswith("heads/")]
     assert "attention/sample0/decoder.0.self" in events.Tags()["images"]
@@ -143,11 +143,13 @@ def test_scoring_heads_never_changes_the_training_run(arch, tmp_path):
     runs = {}
     for scored in (True, False):
         recorder = RecordingLogger()
-        config = tiny_config(model={"arch": arch}, log={"attention_every": 1, "head_scores": scored})
+        config = tiny_config(
+            model={"arch": arch}, train={"steps": 6}, log={"attention_every": 2, "head_scores": scored}
+        )
         result = train(config, runs_dir=tmp_path / str(scored), loggers=[recorder])
         runs[scored] = result, recorder
     (scored, scored_log), (plain, plain_log) = runs[True], runs[False]
-    assert len(scored_log.of("heads")) == 12 and plain_log.of("heads") == []
+    assert len(scored_log.of("heads")) == 3 and plain_log.of("heads") == []
     assert scored.final == plain.final and scored.best == plain.best
     untimed = [
         [
@@ -169,7 +171,7 @@ def test_scoring_heads_leaves_the_model_in_training_mode():
 
     spy = ModeSpy()
     torch.manual_seed(0)
-    config = tiny_config(train={"steps": 6})
+    config = tiny_config(train={"steps": 6}, log=MAPS)
     task = get_task(config.task)
     model = build_model(config, vocab_size=len(task.vocab))
     trainer = Trainer(model, get_framing(task, "decoder"), TaskData(task, 0, 40), config.train, config.log, [spy])

@@ -27,9 +27,6 @@ from tinytf.tasks import TASKS
 QUICKSTART = ROOT / "configs" / "quickstart.yaml"
 
 
-pytestmark = pytest.mark.usefixtures("one_torch_thread")
-
-
 # Reproducible (derandomize), no example database written into the repository, and a time
 # bound on every example. Slow-but-bounded examples are the point here, not a health problem.
 CONTRACT = settings(
@@ -199,7 +196,7 @@ def folder(tmp_path_factory):
     return tmp_path_factory.mktemp("properties")
 
 
-@settings(CONTRACT, max_examples=150)
+@settings(CONTRACT, max_examples=60)
 @given(text=yaml_documents())
 @example(text="a: &a [*a]")  # a recursive alias
 @example(text="a: &a [x, x]\nb: &b [*a, *a]\nc: &c [*b, *b]\nd: [*c, *c, *c]")  # aliases that multiply
@@ -219,7 +216,7 @@ def test_any_yaml_document_is_a_config_or_one_error_line(folder, text):
     assert_contract(run_cli("config", "show", path), f"config show of {text!r}")
 
 
-@settings(CONTRACT, max_examples=100)
+@settings(CONTRACT, max_examples=50)
 @given(text=st.text())
 def test_any_text_as_a_config_file_is_a_config_or_one_error_line(folder, text):
     path = folder / "text.yaml"
@@ -287,7 +284,7 @@ def overrides(draw):
     return draw(st.sampled_from([f"{key}={value}", f"{key} = {value}", f"{key}{value}", value]))
 
 
-@settings(CONTRACT, max_examples=150)
+@settings(CONTRACT, max_examples=60)
 @given(sets=st.lists(overrides(), min_size=1, max_size=3))
 @example(sets=["model.d_model=&a [*a]"])
 @example(sets=["train.betas=[0.9, 0.98, 0.5]"])
@@ -329,7 +326,7 @@ typed_texts = st.one_of(
 )
 
 
-@settings(CONTRACT, max_examples=60)
+@settings(CONTRACT, max_examples=30)
 @given(text=typed_texts)
 @example(text="")
 @example(text="3 1 2")
@@ -340,7 +337,7 @@ def test_predict_any_text_is_an_answer_or_one_error_line(run, text):
     assert_contract(run_cli("predict", "--run", run, "--", text), f"predict {text!r}")
 
 
-@settings(CONTRACT, max_examples=60)
+@settings(CONTRACT, max_examples=30)
 @given(text=typed_texts, target=st.none() | st.none() | typed_texts)
 @example(text="1 2", target="<eos>")
 @example(text="1 2", target=" ".join("0" * 300))

@@ -44,7 +44,7 @@ from tinytf.training import (
 def test_tensorboard_events_hold_scalars_and_attention_images(tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    run_dir = train(tiny_config(train={"betas": [0.9, 0.98]}), runs_dir=tmp_path).run_dir
+    run_dir = train(tiny_config(train={"betas": [0.9, 0.98]}, log={"attention_every": 6}), runs_dir=tmp_path).run_dir
     events = EventAccumulator(str(run_dir), size_guidance={"images": 0, "scalars": 0})
     events.Reload()
     from tensorboard.plugins.hparams import plugin_data_pb2
@@ -74,7 +74,7 @@ def test_tensorboard_events_hold_scalars_and_attention_images(tmp_path):
 def test_encoder_decoder_runs_log_cross_attention(tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    config = tiny_config(model={"arch": "encoder-decoder"}, train={"steps": 6})
+    config = tiny_config(model={"arch": "encoder-decoder"}, train={"steps": 6}, log={"attention_every": 6})
     run_dir = train(config, runs_dir=tmp_path).run_dir
     events = EventAccumulator(str(run_dir), size_guidance={"images": 0})
     events.Reload()
@@ -210,15 +210,21 @@ def test_logging_never_changes_the_training_run(section, key, tmp_path):
     """Attention maps, evaluations and logged predictions run in eval mode without
     gradients: with dropout on, how often they happen leaves the weights bit for bit alike."""
     assert tiny_config().model.dropout > 0  # dropout draws from the random stream that logging must not touch
-    often = train(tiny_config(**{section: {key: 1}}), runs_dir=tmp_path / "often")
-    rarely = train(tiny_config(**{section: {key: 1000}}), runs_dir=tmp_path / "rarely")
-    assert often.step == rarely.step == 12
+
+    def every(steps):
+        sections = {"train": {"steps": 6}, "log": {}}
+        sections[section] = {**sections[section], key: steps}
+        return tiny_config(**sections)
+
+    often = train(every(1), runs_dir=tmp_path / "often")
+    rarely = train(every(1000), runs_dir=tmp_path / "rarely")
+    assert often.step == rarely.step == 6
     assert_same_weights(final_weights(often.run_dir), final_weights(rarely.run_dir))
 
 
 def test_a_trainer_built_from_its_parts_reports_to_its_loggers_and_writes_nothing(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    config = tiny_config()
+    config = tiny_config(log={"attention_every": 6})
     torch.manual_seed(config.seed)
     task = get_task(config.task)
     model = build_model(config, vocab_size=len(task.vocab))
@@ -372,3 +378,10 @@ def test_a_full_disk_mid_training_is_one_line_naming_the_last_good_checkpoint(tm
 def test_metrics_file_writes_null_for_a_number_that_is_not_finite(tmp_path):
     MetricsFileLogger(tmp_path / "m.jsonl").metrics(3, "train", {"loss": float("nan"), "lr": 0.1})
     assert json.loads((tmp_path / "m.jsonl").read_text()) == {"step": 3, "split": "train", "loss": None, "lr": 0.1}
+
+
+def test_attention_every_null_draws_no_maps_and_scores_no_heads(tmp_path):
+    recorder = RecordingLogger()
+    result = train(tiny_config(log={"attention_every": None}), runs_dir=tmp_path, loggers=[recorder])
+    assert result.step == 12 and recorder.of("metrics")
+    assert recorder.of("attention") == [] and recorder.of("heads") == []

@@ -17,8 +17,6 @@ from tinytf.experiment import load_config
 from tinytf.heads import HeadReport, HeadScore
 from tinytf.viewer import MIN_LINE, WEIGHT_SCALE, attention_page, page_data, stored_weights
 
-pytestmark = pytest.mark.usefixtures("one_torch_thread")
-
 HOSTILE_TOKENS = [
     "</script><script>window.pwned=1</script>",
     "<img src=x onerror=window.pwned=2>",

@@ -74,7 +74,7 @@ N_ATTENTION_SAMPLES = 2  # inputs whose attention maps are logged (the task's sh
 N_TEXT_SAMPLES = 4  # held-out examples whose predictions are logged as text
 # Held-out examples (the first ones: the same at every log) every head is scored on, with
 # log.head_scores. Enough for scores steady to about +-0.02; cheap next to the steps between
-# two logs (scripts/bench_logging.py measures it).
+# two logs.
 N_HEAD_SCORE_INPUTS = 64
 
 
@@ -294,7 +294,7 @@ class Trainer:
                         logger.metrics(step, "train", values)
                 if step % settings.eval_every == 0 or finishing:
                     finishing |= self._validate(window.tokens_per_s)
-                if step % log.attention_every == 0 or finishing:
+                if log.attention_every and (step % log.attention_every == 0 or finishing):
                     self._log_attention()
                 if step % settings.checkpoint_every == 0 or finishing:
                     self._checkpoint("last")
