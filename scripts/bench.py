@@ -13,7 +13,7 @@ on the same random tokens:
                       tinytf takes when no weights are asked for)
     tinytf post/relu  the textbook's design (post-LN, ReLU) built by tinytf: same model as textbook
     torch-encoder     torch.nn.TransformerEncoder (pre-LN, GELU) with a causal mask
-    textbook          the seed chapter's code: separate W_Q, W_K, W_V, W_O, masked_fill
+    textbook          a textbook chapter's code: separate W_Q, W_K, W_V, W_O, masked_fill
                       + softmax, post-LN, ReLU
     x-transformers    x_transformers.TransformerWrapper, if that package is installed
     tinytf compiled   torch.compile(model), what `train.compile: true` does (--no-compile: skip it)

@@ -12,7 +12,7 @@ where the LayerNorms sit, GELU or ReLU.
     tinytf            tinytf.build_model
     tinytf post/relu  tinytf.build_model with the textbook's design: post-LN, ReLU
     torch-encoder     torch.nn.TransformerEncoder with a causal mask
-    textbook          the seed chapter's code: separate W_Q W_K W_V W_O, masked_fill + softmax
+    textbook          a textbook chapter's code: separate W_Q W_K W_V W_O, masked_fill + softmax
     x-transformers    x_transformers.TransformerWrapper, when that package is installed
 """
 
@@ -95,7 +95,7 @@ class TorchEncoderLM(nn.Module):
 
 
 class TextbookAttention(nn.Module):
-    """Multi-head attention exactly as the seed chapter writes it: four separate (D, D)
+    """Multi-head attention exactly as a textbook chapter on attention writes it: four separate (D, D)
     projections, scores = Q K^T / sqrt(d_k), masked_fill with -inf, softmax, weights @ V."""
 
     def __init__(self, d_model: int, num_heads: int) -> None:
@@ -125,7 +125,7 @@ class TextbookAttention(nn.Module):
 
 
 class TextbookBlock(nn.Module):
-    """One layer of the seed chapter's model: post-LN, as in the original paper; ReLU FFN."""
+    """One layer of the textbook chapter's model: post-LN, as in the original paper; ReLU FFN."""
 
     def __init__(self, shape: Shape) -> None:
         super().__init__()
@@ -139,7 +139,7 @@ class TextbookBlock(nn.Module):
 
 
 class TextbookLM(nn.Module):
-    """The model a reader of the seed chapter would write from it: what tinytf's design
+    """The model a reader of a textbook chapter on attention would write from it: what tinytf's design
     choices (fused projections and attention kernel, pre-LN) are measured against. Same
     products as tinytf, with Q/K/V as three matmuls and the attention spelled out."""
 

@@ -197,7 +197,7 @@ def test_config_errors_are_one_clear_line(case, tmp_path):
 
 
 def test_a_task_key_that_only_other_architectures_read_names_them(tmp_path, monkeypatch):
-    """No task has such a key today (every framing with a source reads task.bos); the rule
+    """No task has such a key (every framing with a source reads task.bos); the rule
     stands for the next one. Here the decoder framing stops reading task.bos."""
     monkeypatch.setattr(FRAMINGS["decoder"], "task_keys", ())
     path = tmp_path / "bad.yaml"

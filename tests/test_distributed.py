@@ -1,4 +1,4 @@
-"""Training on several processes with torchrun (issue 13). A 2-process job of the tiny config
+"""Training on several processes with torchrun. A 2-process job of the tiny config
 follows the 1-process trajectory (gradients, losses, early stop), writes one run folder from
 rank 0 alone, resumes exactly after every process was killed, stops cleanly on Ctrl-C, and
 fails within seconds, in one line, when a process fails or the config cannot be split.

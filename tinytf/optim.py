@@ -21,8 +21,7 @@ muon: Muon (Jordan et al., 2024) on the hidden matrices -- the attention project
     one batch (zero-padded to the largest), which pays that cost once; float32 otherwise
     (where bf16 is slow or converted), one batch per shape. Side by side on the fourteen
     shipped configs that use Muon, all in float32, a step with torch.optim.Muon cost
-    1.19x-1.59x one with AdamW, with this one 1.06x-1.26x (scripts/muon_step.py
-    --precision fp32; README, Shipped configs).
+    1.19x-1.59x one with AdamW, with this one 1.06x-1.26x.
 
 `make_optimizer` returns one `torch.optim.Optimizer` either way: the learning-rate
 schedule, the training loop and the checkpoints see one set of parameter groups and one

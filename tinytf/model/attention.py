@@ -122,7 +122,7 @@ def pad_short_rows(x: torch.Tensor) -> torch.Tensor:
 
 
 # The shape rule, from whole training steps of a 2-layer causal LM on a 2-core CPU, each
-# path forced (`python scripts/bench.py --paths`; README "Performance"). Head width 16:
+# path forced. Head width 16:
 # with 20 to 48 keys the explicit path took 0.78-0.98x the kernel's time (five runs; once
 # 1.04x). At exactly 16 keys the kernel wins (1.07-1.10x in four runs, causal and padded).
 # Below 16 the explicit path gained once its softmax was padded to 16 keys
@@ -133,9 +133,8 @@ def pad_short_rows(x: torch.Tensor) -> torch.Tensor:
 # Under 8 keys nothing was timed at head width 16. Head width 32: 0.72-1.01x from 8 to 48
 # keys. Head width 64: 0.92-1.03x from 8 to 64, a tie. From 49 keys the kernel runs (at 64
 # keys, head width 16, the paths swing between 0.92x and 1.17x over causal and padded runs).
-# All of these timings are float32; under bf16 autocast (train.precision) see README.
-# Under a padding bias (a 2-layer encoder, rows padded to the longest:
-# `bench.py --paths --padded`) the same lengths gain as without.
+# All of these timings are float32. Under a padding bias (a 2-layer encoder, rows padded
+# to the longest) the same lengths gain as without.
 WIDE_HEAD_DIM = 32  # heads at least this wide take the explicit path at 16 keys too
 EXPLICIT_KEYS_WIDE_HEADS = range(1, 49)  # head widths of WIDE_HEAD_DIM and more
 EXPLICIT_KEYS = frozenset(EXPLICIT_KEYS_WIDE_HEADS) - {16}  # narrower heads: not at exactly 16 keys
