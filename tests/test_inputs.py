@@ -1,6 +1,7 @@
 """Inputs the model cannot answer, said so in one line: an answer that would not fit
-model.max_len is refused, never cut short; an input of a length the model never trained on gets a note; wrong arguments to the Python
-API are a TypeError or ValueError naming the argument, never a traceback from inside."""
+model.max_len is refused, never cut short; an input of a length the model never trained
+on gets a note; wrong arguments to the Python API are a TypeError or ValueError naming
+the argument, never a traceback from inside."""
 
 import re
 from pathlib import Path
