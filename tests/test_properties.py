@@ -1,6 +1,6 @@
 """Property-based tests (Hypothesis) of the CLI's contract: whatever a user types or writes,
 a command ends with exit code 0, or with exit code 2 and ONE `error: ` line on stderr;
-never a traceback, and never past a time bound (each example's `deadline`).
+never a traceback, and never a hang (`hard_limit`).
 
 Random YAML documents, raw text and bytes go to `tinytf config show FILE`; random
 `--set KEY=VALUE`s to `config show configs/quickstart.yaml`; random typed inputs to
@@ -12,7 +12,6 @@ import contextlib
 import signal
 import traceback
 import typing
-from datetime import timedelta
 
 import pytest
 import yaml
@@ -32,15 +31,15 @@ QUICKSTART = ROOT / "configs" / "quickstart.yaml"
 CONTRACT = settings(
     derandomize=True,
     database=None,
-    deadline=timedelta(seconds=2),
+    deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 
 
 @contextlib.contextmanager
 def hard_limit(seconds=20):
-    """A command that hangs (the deadline only judges examples that end) is stopped by a
-    TimeoutError raised inside it, which `assert_contract` reports as a crash."""
+    """A command that hangs is stopped by a TimeoutError raised inside it, which
+    `assert_contract` reports as a crash."""
 
     def expire(signum, frame):
         raise TimeoutError(f"still running after {seconds} s")
