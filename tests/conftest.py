@@ -1,5 +1,6 @@
 """What several test files share: the repository's paths, the tiny config every training
-test starts from, and the helpers that run the CLI and read a run's metrics.
+test starts from, the helpers that run the CLI and read or copy runs, and the trained runs
+that read-only tests share for the whole session.
 
 Test files import the helpers by name (`from conftest import tiny_config`): pytest puts
 this folder on sys.path, since tests/ is not a package.
