@@ -13,6 +13,8 @@ import json
 import os
 import shutil
 import signal
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -95,6 +97,22 @@ def train_tiny_run(folder, **sections):
     assert result.exit_code == 0, result.output
     (run_dir,) = (Path(folder) / "runs").iterdir()
     return run_dir
+
+
+def run_script(*args, returncode=0):
+    """Run `python ARGS...` (a script and its arguments) in the repository root; the finished process, which must have
+    exited with `returncode`."""
+    done = subprocess.run(
+        [sys.executable, *map(str, args)],
+        cwd=ROOT,
+        env=SUBPROCESS_ENV,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == returncode, done.stdout[-2000:] + done.stderr[-3000:]
+    return done
 
 
 def read_metrics(run_dir):

@@ -4,17 +4,10 @@ training state)."""
 
 import os
 import pickle
-import shutil
 
 import pytest
 import torch
-from conftest import (
-    assert_user_error,
-    deny_entry,
-    invoke,
-    snapshot,
-    train_tiny_run,
-)
+from conftest import assert_user_error, copy_run, deny_entry, invoke, snapshot, train_tiny_run
 
 from tinytf.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from tinytf.runs import checkpoint_path
@@ -81,8 +74,7 @@ def test_a_checkpoint_that_is_not_ours_is_refused_without_torch_s_advice(tmp_pat
 
 
 def test_flipped_bytes_inside_a_tensor_are_refused(run, tmp_path):
-    copy = tmp_path / "copy"
-    shutil.copytree(run, copy)
+    copy = copy_run(run, tmp_path)
     best = checkpoint_path(copy, "best")
     weights = load_checkpoint(best)["model"]["token_embedding.weight"]
     content = bytearray(best.read_bytes())
@@ -114,8 +106,7 @@ def test_load_checkpoint_refuses_the_wrong_kinds_of_data(tmp_path):
 
 
 def test_a_checkpoint_the_user_cannot_read_is_a_checkpoint_error(run, tmp_path, monkeypatch):
-    copy = tmp_path / run.name
-    shutil.copytree(run, copy)
+    copy = copy_run(run, tmp_path)
     deny_entry(monkeypatch, copy / "checkpoints")
     with pytest.raises(CheckpointError, match=r"last\.pt: cannot read checkpoint: Permission denied"):
         load_checkpoint(checkpoint_path(copy, "last"))
@@ -192,8 +183,7 @@ RESUME_ONLY = {  # what only a resumed run reads: attend, eval and predict do no
 
 
 def tampered_copy(run, tmp_path, tamper):
-    copy = tmp_path / run.name
-    shutil.copytree(run, copy)
+    copy = copy_run(run, tmp_path)
     for which in ("best", "last"):
         state = load_checkpoint(checkpoint_path(copy, which))
         state.pop("format")

@@ -5,7 +5,6 @@ plain file of the format asked for."""
 import io
 import json
 import os
-import shutil
 import subprocess
 import sys
 
@@ -17,6 +16,7 @@ from conftest import (
     SUBPROCESS_ENV,
     TINY,
     assert_user_error,
+    copy_run,
     files_under,
     invoke,
     unblocked_after,
@@ -139,9 +139,7 @@ def test_attend_with_a_target_on_an_encoder_is_an_error(trained):
 
 @pytest.mark.parametrize("trained", ["decoder"], indirect=True)
 def test_attend_checkpoint_last_reads_last_pt(trained, tmp_path):
-    _, original = trained
-    run_dir = tmp_path / original.name
-    shutil.copytree(original, run_dir)
+    run_dir = copy_run(trained[1], tmp_path)
     # A last.pt unlike best.pt: another step, and sharper attention (queries and keys scaled up).
     state = load_checkpoint(checkpoint_path(run_dir, "last"))
     state["step"] = 999

@@ -1,7 +1,6 @@
 """`--resume`: a resumed run ends as the uninterrupted one would (weights, metrics, optimizer
 settings), after Ctrl-C or a kill; a refused resume changes nothing."""
 
-import shutil
 import signal
 import subprocess
 import sys
@@ -135,9 +134,7 @@ def test_a_resumed_run_logs_the_same_training_averages_as_an_uninterrupted_one(t
 
 
 def test_a_hand_edited_best_score_is_one_line_on_resume(run, tmp_path):
-
-    copy = tmp_path / "copy"
-    shutil.copytree(run, copy)
+    copy = copy_run(run, tmp_path)
     state = load_checkpoint(checkpoint_path(copy, "last"))
     state.pop("format")
     save_checkpoint({**state, "best_score": 5}, checkpoint_path(copy, "last"))  # a valid checksum
@@ -215,9 +212,7 @@ def test_resuming_a_finished_run_trains_on_only_when_asked(trained, tmp_path):
 
 @pytest.mark.parametrize("trained", ["decoder"], indirect=True)
 def test_resume_with_more_steps_continues_from_the_saved_step(trained, tmp_path):
-    _, original = trained
-    run_dir = tmp_path / original.name
-    shutil.copytree(original, run_dir)
+    run_dir = copy_run(trained[1], tmp_path)
     before = read_metrics(run_dir)
     assert load_checkpoint(checkpoint_path(run_dir, "last"))["step"] == 20
 

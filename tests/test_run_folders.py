@@ -2,7 +2,6 @@
 (the newest with a checkpoint), named only inside --runs-dir, and one `error: ` line where
 they cannot be read or written."""
 
-import shutil
 import signal
 import subprocess
 import sys
@@ -175,8 +174,7 @@ def test_unwritable_places_are_one_line_errors(trained, tmp_path):
 )
 def test_a_run_in_a_folder_the_user_cannot_enter_is_one_line(run, tmp_path, monkeypatch, denied, args):
     parent = tmp_path / "runs"
-    copy = parent / run.name
-    shutil.copytree(run, copy)
+    copy = copy_run(run, parent)
     deny_entry(monkeypatch, parent if denied == "parent" else copy / "checkpoints")
     result = invoke(*[arg.format(run=copy, parent=parent) for arg in args])
     assert_user_error(result, "Permission denied")

@@ -5,32 +5,15 @@ tests. A run that trains or times for more than a few seconds is marked slow."""
 import importlib.util
 import json
 import subprocess
-import sys
 
 import pytest
-from conftest import ROOT, SUBPROCESS_ENV, tiny_data, write_config
+from conftest import ROOT, run_script, tiny_data, write_config
 
 # Copying one of four symbols: the encoder gets every held-out input right at its first
 # evaluation (step 5); the decoder gets none right in its 10 steps.
 QUICK_TASK = {"name": "copy", "vocab_size": 4, "min_len": 1, "max_len": 1, "eval_size": 2}
 QUICK_TRAIN = {"steps": 30, "eval_every": 5, "warmup_steps": 1, "lr": 1e-2, "stop_at_accuracy": 0.99}
 QUICK_MODEL = {"arch": "encoder", "dropout": 0.0}
-
-
-def run_script(*args, returncode=0):
-    """Run `python ARGS...` in the repository root; the finished process, which must have
-    exited with `returncode`."""
-    done = subprocess.run(
-        [sys.executable, *map(str, args)],
-        cwd=ROOT,
-        env=SUBPROCESS_ENV,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert done.returncode == returncode, done.stdout[-2000:] + done.stderr[-3000:]
-    return done
 
 
 def table(stdout, header):

@@ -7,12 +7,10 @@ skipped, so CI cannot pass without having looked at the page."""
 
 import itertools
 import struct
-import subprocess
-import sys
 
 import numpy as np
 import pytest
-from conftest import ROOT, SUBPROCESS_ENV, train_tiny_run
+from conftest import run_script, train_tiny_run
 from headless import BrowserMissing, chromium, offline_page, screenshot
 from test_viewer import HOSTILE_TOKENS, made_head_report, made_report
 
@@ -245,16 +243,7 @@ def test_no_screenshot_is_taken_of_a_page_that_asks_the_network(browser, tmp_pat
 def test_the_screenshot_script_writes_a_run_s_page_and_saves_its_png(tmp_path):
     run_dir = train_tiny_run(tmp_path)
     out = tmp_path / "viewer.png"
-    done = subprocess.run(
-        [sys.executable, "scripts/viewer_screenshot.py", "--run", run_dir, "--text", "3 1 2", "--out", out],
-        cwd=ROOT,
-        env=SUBPROCESS_ENV,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
+    done = run_script("scripts/viewer_screenshot.py", "--run", run_dir, "--text", "3 1 2", "--out", out)
     written, wrote = done.stdout.splitlines()
     assert written.endswith(" s (the whole command)") and wrote == f"wrote {out}"
     header = out.read_bytes()[:24]

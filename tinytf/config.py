@@ -202,8 +202,8 @@ class LogConfig(Section):
     """What is written to the run folder and TensorBoard, and how often."""
 
     every: PositiveInt = Field(50, le=MAX_STEPS)
-    # Attention maps of a few fixed inputs, and the run's last step; None: never (a sweep of
-    # many runs, or a test, that will not look at them saves drawing them).
+    # Attention maps of a few fixed inputs, every this many steps and at the last one;
+    # None: never (runs nobody will look at, such as a sweep's, skip drawing them).
     attention_every: Annotated[PositiveInt, Field(le=MAX_STEPS)] | None = 200
     # With the attention maps: score every head against the attention patterns (heads.py) on a
     # few held-out inputs; TensorBoard gets the grid as `heads/scores` and each pattern's best
