@@ -138,7 +138,7 @@ def test_with_head_scores_off_tensorboard_has_none(tmp_path):
 @pytest.mark.parametrize("arch", ["decoder", "encoder-decoder"])
 def test_scoring_heads_never_changes_the_training_run(arch, tmp_path):
     """Scored in eval mode without gradients and without a random draw: with dropout on and
-    scores at every step, the metrics and the weights are those of a run without them."""
+    scores every other step, the metrics and the weights are those of a run without them."""
     assert tiny_config().model.dropout > 0  # dropout draws from the random stream scoring must not touch
     runs = {}
     for scored in (True, False):
