@@ -9,16 +9,7 @@ import sys
 import pytest
 import torch
 import yaml
-from conftest import (
-    CONFIGS,
-    ROOT,
-    SUBPROCESS_ENV,
-    TINY,
-    assert_user_error,
-    invoke,
-    tiny_data,
-    write_config,
-)
+from conftest import CONFIGS, ROOT, SUBPROCESS_ENV, TINY, assert_user_error, invoke, tiny_data, write_config
 
 from tinytf.config import TaskConfig
 from tinytf.tasks import TASKS

@@ -7,14 +7,7 @@ import os
 
 import pytest
 import torch
-from conftest import (
-    TINY,
-    assert_user_error,
-    invoke,
-    tiny_data,
-    unblocked_after,
-    write_config,
-)
+from conftest import TINY, assert_user_error, invoke, tiny_data, unblocked_after, write_config
 
 from tinytf import cli
 from tinytf.config import config_from_dict

@@ -27,9 +27,7 @@ from tinytf.checkpoint import load_checkpoint, save_checkpoint
 from tinytf.errors import ConfigError
 from tinytf.loggers import NullLogger
 from tinytf.runs import checkpoint_path
-from tinytf.training import (
-    train,
-)
+from tinytf.training import train
 
 
 @pytest.mark.parametrize("optimizer", ["adamw", "muon"])

@@ -25,10 +25,8 @@ from conftest import (
 
 from tinytf.checkpoint import load_checkpoint
 from tinytf.errors import UserError
-from tinytf.runs import checkpoint_path, create_run_dir, exclusive_training, load_run, newest_run
-from tinytf.training import (
-    train,
-)
+from tinytf.runs import checkpoint_path, create_run_dir, exclusive_training, load_run, newest_run, skipped_runs
+from tinytf.training import train
 
 
 def test_a_run_folder_holds_everything(tmp_path):
@@ -68,8 +66,6 @@ def test_the_default_run_is_the_newest_with_a_checkpoint(run, tmp_path):
     crashed = train(tiny_config(), runs_dir=runs, name="crashed").run_dir  # newer, then its checkpoints lost
     for checkpoint in (crashed / "checkpoints").iterdir():
         checkpoint.unlink()
-    from tinytf.runs import newest_run, skipped_runs
-
     assert newest_run(runs) == good and skipped_runs(runs) == [crashed]
     result = invoke("eval", "--runs-dir", runs)
     assert result.exit_code == 0 and f"run {good}" in result.stdout

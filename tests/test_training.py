@@ -8,15 +8,7 @@ import math
 
 import pytest
 import torch
-from conftest import (
-    assert_same_weights,
-    final_weights,
-    invoke,
-    read_metrics,
-    tiny_config,
-    tiny_data,
-    write_config,
-)
+from conftest import assert_same_weights, final_weights, invoke, read_metrics, tiny_config, tiny_data, write_config
 
 from tinytf import training
 from tinytf.checkpoint import load_checkpoint
