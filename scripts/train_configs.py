@@ -171,7 +171,7 @@ def train_one(path: Path, config: tinytf.Config, runs_dir: Path) -> dict:
         "steps": result.step,
         "target": config.train.stop_at_accuracy,
         "seconds_to_target": clock.seconds,  # None: not reached (or no target)
-        "seconds": round(seconds, 1),
+        "seconds": seconds,  # unrounded: a rounded wall time could read below the time to target
         "best_step": best["step"],
         "seq_acc": best["seq_acc"],
         "token_acc": best["token_acc"],
