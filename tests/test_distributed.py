@@ -227,15 +227,13 @@ def wait_for(ready, process, timeout=60):
         time.sleep(0.05)
 
 
-def test_resume_after_every_process_was_killed_equals_the_uninterrupted_job(tmp_path):
+def test_resume_after_every_process_was_killed_replays_the_lost_steps_exactly(tmp_path):
     # With dropout: each process's own random stream must be saved and restored too.
-    data = tiny_data(train={"checkpoint_every": 4})
+    data = tiny_data(train={"checkpoint_every": 4, "eval_every": 2}, log={"every": 1})
     assert data["model"]["dropout"] > 0
     config = write_config(tmp_path, data)
-    whole = torchrun("-m", "tinytf", "train", config, "--runs-dir", tmp_path / "whole", cwd=tmp_path)
-    assert whole.returncode == 0, whole.stderr[-3000:]
 
-    # A job that, after step 10 (last.pt: step 8; metrics: up to 10), stops in rank 0: then
+    # A job that, after step 11 (last.pt: step 8; metrics: up to 11), stops in rank 0: then
     # every process (the two trainers and torchrun itself) is killed with SIGKILL.
     pause = """
         import os, time
@@ -244,8 +242,8 @@ def test_resume_after_every_process_was_killed_equals_the_uninterrupted_job(tmp_
         Path(f"pid.{os.environ['RANK']}").write_text(str(os.getpid()))
         _step = Trainer._train_step
         def _pausing(self, *args):
-            if self.step == 10 and self.job.is_main:
-                Path("paused").write_text("10")
+            if self.step == 11 and self.job.is_main:
+                Path("paused").write_text("11")
                 time.sleep(600)
             return _step(self, *args)
         Trainer._train_step = _pausing
@@ -271,18 +269,17 @@ def test_resume_after_every_process_was_killed_equals_the_uninterrupted_job(tmp_
         job.communicate(timeout=30)
     (killed,) = (tmp_path / "killed").iterdir()
     assert load_checkpoint(checkpoint_path(killed, "last"))["step"] == 8
-    assert read_metrics(killed)[-1]["step"] == 10
+    before_kill = [(r["step"], r["split"], r["loss"]) for r in read_metrics(killed)]
+    assert before_kill[-1][0] == 11
 
     resumed = torchrun("-m", "tinytf", "train", "--resume", killed, cwd=tmp_path)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-
-    (uninterrupted,) = (tmp_path / "whole").iterdir()
-    expected, actual = (load_checkpoint(checkpoint_path(run, "last")) for run in (uninterrupted, killed))
-    assert actual["step"] == expected["step"] == 12
-    for name, tensor in expected["model"].items():
-        assert torch.equal(actual["model"][name], tensor), name
-    rows = [[(r["step"], r["split"], r["loss"]) for r in read_metrics(run)] for run in (uninterrupted, killed)]
-    assert rows[1] == rows[0]
+    assert load_checkpoint(checkpoint_path(killed, "last"))["step"] == 12
+    # Steps 9-11 ran twice, before the kill and after the resume from step 8: every loss of
+    # theirs, on the training batches and the held-out set, is the same to the last bit.
+    after_resume = [(r["step"], r["split"], r["loss"]) for r in read_metrics(killed)]
+    assert [row for row in after_resume if row[0] <= 11] == before_kill
+    assert {row[0] for row in after_resume if row[0] > 8} == {9, 10, 11, 12}
 
 
 @pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads a process's threads from Linux's /proc")

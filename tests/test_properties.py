@@ -195,7 +195,7 @@ def folder(tmp_path_factory):
     return tmp_path_factory.mktemp("properties")
 
 
-@settings(CONTRACT, max_examples=60)
+@settings(CONTRACT, max_examples=40)
 @given(text=yaml_documents())
 @example(text="a: &a [*a]")  # a recursive alias
 @example(text="a: &a [x, x]\nb: &b [*a, *a]\nc: &c [*b, *b]\nd: [*c, *c, *c]")  # aliases that multiply
@@ -283,7 +283,7 @@ def overrides(draw):
     return draw(st.sampled_from([f"{key}={value}", f"{key} = {value}", f"{key}{value}", value]))
 
 
-@settings(CONTRACT, max_examples=60)
+@settings(CONTRACT, max_examples=40)
 @given(sets=st.lists(overrides(), min_size=1, max_size=3))
 @example(sets=["model.d_model=&a [*a]"])
 @example(sets=["train.betas=[0.9, 0.98, 0.5]"])
