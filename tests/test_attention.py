@@ -9,14 +9,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from tinytf.model.attention import (
-    EXPLICIT_KEYS,
-    EXPLICIT_KEYS_WIDE_HEADS,
-    MultiHeadAttention,
-    attention,
-    explicit_keys,
-    softmax_over_keys,
-)
+from tinytf.model.attention import MultiHeadAttention, attention
 from tinytf.model.masks import attention_bias, bias_from_allowed, causal_allowed
 
 D_MODEL, N_HEADS = 32, 4
@@ -82,11 +75,9 @@ def test_multi_head_attention_matches_torch(kind, masking):
     assert weights.shape == (3, N_HEADS, 6, key_len)
     torch.testing.assert_close(weights, ref_weights, **TOL)
     torch.testing.assert_close(out, ref_out, **TOL)
-    for keys in (range(0), range(1000)):  # without weights: the fused kernel; the explicit path
-        ours.explicit_keys = keys
-        path_out, no_weights = ours(x, **kwargs)
-        torch.testing.assert_close(path_out, ref_out, **TOL)
-        assert no_weights is None
+    fused_out, no_weights = ours(x, **kwargs)  # without weights: the fused kernel
+    torch.testing.assert_close(fused_out, ref_out, **TOL)
+    assert no_weights is None
 
 
 @pytest.fixture
@@ -102,38 +93,18 @@ def key_lengths(monkeypatch):
     return lengths
 
 
-def test_the_shape_rule_takes_the_explicit_path_for_few_keys_on_a_cpu(key_lengths):
+@pytest.mark.parametrize("precision", [torch.float32, torch.bfloat16])
+def test_the_explicit_path_runs_exactly_when_the_weights_are_asked_for(key_lengths, precision):
     module = MultiHeadAttention(D_MODEL, N_HEADS)
-    explicit, fused = [1, 15, 17, 48], [16, 49, 128]  # 1-48 keys, but 16 at narrow heads
-    for length in explicit + fused:
-        _, weights = module(torch.randn(2, length, D_MODEL), is_causal=True)
-        assert weights is None
-    assert key_lengths == explicit
-    # Under a padding bias the same lengths take the explicit path (measured with one too).
-    key_lengths.clear()
-    for length in explicit + fused:
-        bias = attention_bias(padding(2, length, [length, 1]), length, causal=False)
-        module(torch.randn(2, length, D_MODEL), attn_bias=bias)
-    assert key_lengths == explicit
-    assert set(EXPLICIT_KEYS) == set(range(1, 49)) - {16}
-
-
-def test_bf16_attention_on_a_cpu_takes_the_explicit_path_at_every_length(key_lengths):
-    module = MultiHeadAttention(D_MODEL, N_HEADS)
-    with torch.autocast("cpu", dtype=torch.bfloat16):  # as train.precision: bf16 trains
-        for length in (16, 49, 128):
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == torch.bfloat16):
+        for length in (1, 12, 16, 49):
             _, weights = module(torch.randn(2, length, D_MODEL), is_causal=True)
             assert weights is None
-    assert key_lengths == [16, 49, 128]
-
-
-def test_wide_heads_take_the_explicit_path_for_short_inputs_too(key_lengths):
-    for d_model, n_heads in [(64, 2), (128, 2)]:  # head widths 32 and 64
-        module = MultiHeadAttention(d_model, n_heads)
-        for length in (1, 8, 16, 17, 48, 49):
-            module(torch.randn(2, length, d_model), is_causal=True)
-    assert key_lengths == [1, 8, 16, 17, 48] * 2
-    assert explicit_keys(31) == EXPLICIT_KEYS and explicit_keys(32) == EXPLICIT_KEYS_WIDE_HEADS
+        assert key_lengths == []  # the fused kernel, at every length and precision
+        for length in (1, 12, 16, 49):
+            _, weights = module(torch.randn(2, length, D_MODEL), is_causal=True, return_attention=True)
+            assert weights.shape == (2, N_HEADS, length, length)
+    assert key_lengths == [1, 12, 16, 49]
 
 
 @pytest.mark.parametrize("masking", ["causal", "bias"])
@@ -142,7 +113,6 @@ def test_both_paths_give_the_same_gradients(masking):
     module = MultiHeadAttention(D_MODEL, N_HEADS)
     x = torch.randn(3, 7, D_MODEL)
     bias = attention_bias(padding(3, 7, [7, 5, 2]), 7, causal=True) if masking == "bias" else None
-    module.explicit_keys = range(0)
     gradients = []
     for explicit in (False, True):  # the fused kernel; the explicit path (which the weights need)
         module.zero_grad()
@@ -191,24 +161,6 @@ def test_fully_masked_query_rows_stay_finite():
         assert torch.isfinite(out).all()
         if return_attention:
             assert torch.isfinite(weights).all()
-
-
-@pytest.mark.parametrize("key_len", [1, 2, 5, 12, 15, 16, 17, 33])
-def test_softmax_over_keys_is_torch_softmax_at_every_row_length(key_len):
-    """Short rows are padded to 16 keys (a faster CPU kernel): same values, same gradients,
-    masked and fully masked rows included."""
-    torch.manual_seed(key_len)
-    scores = torch.randn(2, 3, 4, key_len) * 3
-    scores[0, 0, 1, -1] = torch.finfo(scores.dtype).min  # a hidden key
-    scores[1, 2, 3] = torch.finfo(scores.dtype).min  # a query with every key hidden: uniform
-    ours, theirs = scores.clone().requires_grad_(), scores.clone().requires_grad_()
-    weights, expected = softmax_over_keys(ours), torch.softmax(theirs, dim=-1)
-    assert weights.shape == (2, 3, 4, key_len) and weights.is_contiguous()  # not a view of the padding
-    torch.testing.assert_close(weights, expected, **TOL)
-    upstream = torch.randn(2, 3, 4, key_len)
-    (weights * upstream).sum().backward()
-    (expected * upstream).sum().backward()
-    torch.testing.assert_close(ours.grad, theirs.grad, **TOL)
 
 
 def test_masked_keys_get_zero_weight():

@@ -7,9 +7,10 @@ import pickle
 
 import pytest
 import torch
-from conftest import assert_user_error, copy_run, deny_entry, invoke, snapshot, train_tiny_run
+from conftest import assert_user_error, copy_run, deny_entry, invoke, snapshot, tiny_config, train_tiny_run
 
-from tinytf.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from tinytf.checkpoint import FORMAT, CheckpointError, load_checkpoint, save_checkpoint
+from tinytf.optim import learning_rate
 from tinytf.runs import checkpoint_path
 
 
@@ -42,12 +43,12 @@ def test_a_tampered_checkpoint_is_refused_without_running_its_code(tmp_path):
     marker = tmp_path / "pwned"
     path = tmp_path / "evil.pt"
     with open(path, "wb") as file:
-        pickle.dump({"format": "tinytf-checkpoint-1", "model": Payload(marker)}, file)
+        pickle.dump({"format": FORMAT, "model": Payload(marker)}, file)
     with pytest.raises(CheckpointError, match="not a tinytf checkpoint: it holds Python objects"):
         load_checkpoint(path)
     assert not marker.exists()
     # ...and the same through torch's own zip format
-    torch.save({"format": "tinytf-checkpoint-1", "model": Payload(marker)}, path)
+    torch.save({"format": FORMAT, "model": Payload(marker)}, path)
     with pytest.raises(CheckpointError):
         load_checkpoint(path)
     assert not marker.exists()
@@ -85,6 +86,18 @@ def test_flipped_bytes_inside_a_tensor_are_refused(run, tmp_path):
     torch.load(best, weights_only=True)  # torch itself notices nothing
     assert_user_error(invoke("attend", "1 2 3", "--run", copy), "damaged")
     assert_user_error(invoke("eval", "--run", copy), f"{best}: damaged")
+
+
+def test_a_checkpoint_without_its_checksum_is_refused_and_changes_nothing(run, tmp_path):
+    copy = copy_run(run, tmp_path)
+    for which in ("best", "last"):
+        state = load_checkpoint(checkpoint_path(copy, which))
+        state["model"]["token_embedding.weight"] += 1  # an edit the checksum would have caught...
+        torch.save({"format": FORMAT, **state}, checkpoint_path(copy, which))  # ...had it not been dropped
+    before = snapshot(copy)
+    for args in (["attend", "0 1 2", "--run"], ["eval", "--run"], ["predict", "0 1 2", "--run"], ["train", "--resume"]):
+        assert_user_error(invoke(*args, copy), "damaged: its content does not match the checksum")
+    assert snapshot(copy) == before
 
 
 def test_load_checkpoint_refuses_the_wrong_kinds_of_data(tmp_path):
@@ -153,7 +166,7 @@ TAMPERINGS = {
     "no model": (without("model"), "'model'"),
     "model maps to strings": (lambda s: {**s, "model": dict.fromkeys(s["model"], "x")}, "'model' maps"),
     "optimizer is a list": (replaced(optimizer=[1, 2]), "'optimizer' is a list of 2, not a mapping"),
-    "scheduler is None": (replaced(scheduler=None), "'scheduler' is None, not a mapping"),
+    "window is None": (replaced(window=None), "'window' is None, not a mapping"),
 }
 
 
@@ -161,9 +174,10 @@ RESUME_ONLY = {  # what only a resumed run reads: attend, eval and predict do no
     "no rng": (without("rng", "optimizer"), "it has no 'optimizer', 'rng': not a whole training state"),
     "rng is not tensors": (lambda s: {**s, "rng": {"torch": "x", "data": 1}}, "'rng' should hold the tensors"),
     "learning rate is a string": (optimizer_groups(lr="abc"), "'optimizer'.param_groups.0.lr is 'abc', not a number"),
-    "schedule step is a string": (
-        lambda s: {**s, "scheduler": {**s["scheduler"], "last_epoch": "x"}},
-        "'scheduler'.last_epoch is 'x', not a number",
+    "no window": (without("window"), "it has no 'window': not a whole training state"),
+    "window steps is a string": (
+        lambda s: {**s, "window": {**s["window"], "steps": "x"}},
+        "'window' should hold the number 'loss_sum' and the whole number 'steps'",
     ),
     "moments of the wrong shape": (
         lambda s: {
@@ -247,7 +261,9 @@ def test_a_muon_checkpoint_that_cannot_be_resumed_is_one_line(muon_run, run, tmp
         result = invoke("train", "--resume", copy, "--set", "train.steps=14")
         assert result.exit_code == 0, result.output
         (muon_settings,) = load_checkpoint(checkpoint_path(copy, "last"))["optimizer"]["parts"][0]["param_groups"]
-        assert muon_settings["ns_steps"] == 5 and muon_settings["momentum"] == 0.95 and "nesterov" not in muon_settings
+        assert (
+            muon_settings["ns_steps"] == 5 and muon_settings["momentum"] == 0.95 and muon_settings["nesterov"] is True
+        )
         adamw_groups = load_checkpoint(checkpoint_path(copy, "last"))["optimizer"]["parts"][1]["param_groups"]
         assert all("momentum" not in group and "ns_steps" not in group for group in adamw_groups)
         return
@@ -258,8 +274,8 @@ def test_a_muon_checkpoint_that_cannot_be_resumed_is_one_line(muon_run, run, tmp
 
 @pytest.mark.parametrize(
     "tamper",
-    [optimizer_groups(betas=(0.9,)), lambda s: {**s, "scheduler": {**s["scheduler"], "base_lrs": [1.0, 2.0]}}],
-    ids=["one beta", "two peak rates"],
+    [optimizer_groups(betas=(0.9,)), optimizer_groups(lr=5.0, initial_lr=5.0)],
+    ids=["one beta", "another learning rate"],
 )
 def test_a_resume_takes_the_optimizer_settings_from_the_config_not_the_file(run, tmp_path, tamper):
     """Settings in a checkpoint that torch would trip over mid-training are replaced by the
@@ -269,4 +285,5 @@ def test_a_resume_takes_the_optimizer_settings_from_the_config_not_the_file(run,
     assert result.exit_code == 0, result.output
     state = load_checkpoint(checkpoint_path(copy, "last"))
     assert state["step"] == 14 and [g["betas"] for g in state["optimizer"]["param_groups"]] == [(0.9, 0.999)] * 2
-    assert state["scheduler"]["base_lrs"] == [1e-3, 1e-3]  # the tiny config's train.lr (the default)
+    last_step_lr = learning_rate(13, tiny_config(train={"steps": 14}).train)  # the config's schedule, not the file's
+    assert [g["lr"] for g in state["optimizer"]["param_groups"]] == pytest.approx([last_step_lr] * 2)

@@ -35,9 +35,9 @@ def test_config_show_applies_overrides():
 @pytest.mark.parametrize(
     "file_text, args, fragment",
     [
-        (None, [], "missing.yaml: config file not found"),
+        (None, [], "missing.yaml: cannot read: config file not found"),
         ("", ["--set", "model.d_modle=3"], "did you mean 'd_model'?"),
-        ("model:\n  n_heads: four\n", [], "model.n_heads = 'four'"),
+        ("model:\n  n_heads: four\n", [], "line 2: model.n_heads: Input should be a valid integer"),
     ],
 )
 def test_user_errors_are_one_line_and_exit_2(file_text, args, fragment, tmp_path):
@@ -129,7 +129,7 @@ def test_the_keys_tasks_lists_are_the_keys_config_show_accepts(name, tmp_path):
 @pytest.mark.parametrize(
     "task, fragment",
     [
-        ({"name": "text", "path": "/no/such.txt", "max_len": 8}, "task.path: file not found: /no/such.txt"),
+        ({"name": "text", "path": "/no/such.txt", "max_len": 8}, "/no/such.txt: cannot read: text file not found"),
         ({"name": "sort", "vocab_size": 5, "max_len": 5, "digits": 4}, "task.digits: sort does not use it"),
     ],
     ids=["missing task.path", "unused task key"],
@@ -146,7 +146,10 @@ def test_config_show_and_train_refuse_a_config_with_the_same_line(task, fragment
 
 
 USAGE_ERRORS = [
-    (["attend", "1 2", "--format", "bogus"], "error: --format: 'bogus' is not one of table, json, npz, png, html\n"),
+    (
+        ["attend", "1 2", "--format", "bogus"],
+        "error: --format: 'bogus' is not one of 'table', 'json', 'npz', 'png', 'html'\n",
+    ),
     (["attend", "1 2", "--layer", "x"], "error: --layer: "),
     (["attend", "1 2", "--bogus"], "error: no such option: --bogus"),
     (["attend"], "error: missing argument 'text'\n"),

@@ -6,10 +6,19 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import CONFIGS, assert_user_error, deny_entry, invoke, tiny_data, write_config
+from conftest import CONFIGS, assert_user_error, deny_entry, invoke, tiny_data, unblocked_after, write_config
 
 import tinytf
-from tinytf.config import MAX_CONFIG_BYTES, Config, ModelConfig, TaskConfig, config_from_dict, parse_config
+from tinytf import files
+from tinytf.config import (
+    MAX_CONFIG_BYTES,
+    Config,
+    ModelConfig,
+    TaskConfig,
+    config_from_dict,
+    parse_config,
+    read_config,
+)
 from tinytf.data import TaskData
 from tinytf.errors import ConfigError
 from tinytf.experiment import load_config, save_config
@@ -79,22 +88,27 @@ def test_configs_are_immutable():
         config.model.d_model = 3
 
 
-# Each case: YAML text, overrides, and fragments the one-line message must contain.
+# Each case: YAML text, overrides, and fragments the one-line message must contain. A value
+# pydantic refuses is named by the file's line (or the --set), the dotted key and pydantic's message.
 ERROR_CASES = {
-    "unknown key with suggestion": ("model:\n  d_modle: 64\n", [], ["model.d_modle", "unknown key", "'d_model'"]),
-    "unknown section": ("trian:\n  lr: 0.1\n", [], ["trian", "unknown key", "'train'"]),
-    "unknown key, no close match": ("model:\n  zzz: 1\n", [], ["model.zzz", "allowed: arch, d_model"]),
-    "wrong type": ("model:\n  d_model: abc\n", [], ["model.d_model = 'abc'", "integer"]),
-    "float where int is needed": ("model:\n  n_layers: 2.5\n", [], ["model.n_layers = 2.5", "integer"]),
-    "bool where int is needed": ("model:\n  d_model: true\n", [], ["model.d_model = True"]),
-    "not positive": ("train:\n  steps: 0\n", [], ["train.steps = 0", "greater than 0"]),
-    "dropout out of range": ("model:\n  dropout: 1.0\n", [], ["model.dropout = 1.0", "less than 1"]),
+    "unknown key with suggestion": ("model:\n  d_modle: 64\n", [], ["line 2: model.d_modle: unknown key", "'d_model'"]),
+    "unknown section": ("trian:\n  lr: 0.1\n", [], ["line 1: trian: unknown key (did you mean 'train'?)"]),
+    "unknown key, no close match": ("model:\n  zzz: 1\n", [], ["line 2: model.zzz", "allowed: arch, d_model"]),
+    "wrong type": ("model:\n  d_model: abc\n", [], ["line 2: model.d_model: Input should be a valid integer"]),
+    "float where int is needed": ("model:\n  n_layers: 2.5\n", [], ["line 2: model.n_layers: Input should be a valid"]),
+    "bool where int is needed": ("model:\n  d_model: true\n", [], ["model.d_model: Input should be a valid integer"]),
+    "not positive": ("train:\n  steps: 0\n", [], ["line 2: train.steps: Input should be greater than 0"]),
+    "dropout out of range": ("model:\n  dropout: 1.0\n", [], ["line 2: model.dropout: Input should be less than 1"]),
     "unknown enum value": (
         "model:\n  arch: gpt\n",
         [],
-        ["model.arch = 'gpt'", "'encoder', 'decoder' or 'encoder-decoder'"],
+        ["line 2: model.arch: Input should be 'encoder', 'decoder' or 'encoder-decoder'"],
     ),
-    "heads do not divide width": ("model:\n  d_model: 10\n  n_heads: 4\n", [], ["model:", "d_model=10", "n_heads=4"]),
+    "heads do not divide width": (
+        "seed: 1\nmodel:\n  d_model: 10\n  n_heads: 4\n",
+        [],
+        ["line 2: model: d_model=10 must be divisible by n_heads=4"],
+    ),
     "odd head width with rope": (
         "model:\n  d_model: 12\n  n_heads: 4\n  positional: rope\n",
         [],
@@ -103,9 +117,9 @@ ERROR_CASES = {
     "stack depth on a single-stack arch": (
         "model:\n  arch: decoder\n  n_encoder_layers: 2\n",
         [],
-        ["model.n_encoder_layers: arch=decoder does not use it", "only arch=encoder-decoder"],
+        ["line 3: model.n_encoder_layers: arch=decoder does not use it", "only arch=encoder-decoder"],
     ),
-    "section is not a mapping": ("model: 5\n", [], ["model", "expected a section"]),
+    "section is not a mapping": ("model: 5\n", [], ["line 1: model: Input should be a valid dictionary"]),
     "top level is not a mapping": ("- 1\n- 2\n", [], ["expected a mapping of sections", "a list"]),
     "malformed YAML": ("model:\n  d_model: 64\n   n_heads: 4\n", [], ["line 3", "invalid YAML"]),
     "unknown task": ("task:\n  name: sortt\n", [], ["task.name: 'sortt' is not a task", "did you mean 'sort'?"]),
@@ -117,25 +131,34 @@ ERROR_CASES = {
     "model too short for the task": (
         "task:\n  name: sort\n  max_len: 20\nmodel:\n  max_len: 32\n",
         [],
-        ["model.max_len=32 is too short", "up to 41 tokens"],
+        ["line 5: model.max_len=32 is too short", "up to 41 tokens"],
     ),
-    "text task without a file": ("task:\n  name: text\n", [], ["task.path", "needs the file"]),
-    "text file that does not exist": ("task:\n  name: text\n  path: /no/such.txt\n", [], ["task.path", "not found"]),
+    "text task without a file": ("task:\n  name: text\n", [], ["line 2: task.path", "needs the file"]),
+    "text file that does not exist": (
+        "task:\n  name: text\n  path: /no/such.txt\n",
+        [],
+        ["line 3: task.path: /no/such.txt: cannot read: text file not found"],
+    ),
     "min_len above max_len": ("task:\n  min_len: 9\n  max_len: 3\n", [], ["task.min_len=9", "task.max_len=3"]),
     "a key the task does not use": (
         "task:\n  name: sort\n  digits: 4\n",
         [],
-        ["task.digits: sort does not use it", "its keys: name, vocab_size, min_len, max_len, bos, eval_size"],
+        ["line 3: task.digits: sort does not use it", "its keys: name, vocab_size, min_len, max_len, bos, eval_size"],
     ),
     "an unused task key from an override": ("", ["task.path=x.txt"], ["--set task.path=x.txt", "sort does not use"]),
     "a task check failing through an override": ("", ["task.min_len=20"], ["--set task.min_len=20", "task.min_len=20"]),
     "bad override key": ("", ["model.d_modle=3"], ["--set model.d_modle=3", "'d_model'"]),
-    "bad override value": ("", ["model.n_heads=many"], ["--set model.n_heads=many", "model.n_heads = 'many'"]),
+    "bad override value": (
+        "",
+        ["model.n_heads=many"],
+        ["--set model.n_heads=many: model.n_heads: Input should be a valid integer"],
+    ),
     "override without '='": ("", ["model.d_model"], ["--set model.d_model", "KEY=VALUE"]),
     "override below a value": ("", ["seed.x=1"], ["--set seed.x=1", "seed is a value"]),
-    "beta out of range": ("train:\n  betas: [0.9, 1.5]\n", [], ["train.betas.1 = 1.5", "less than 1"]),
+    "beta out of range": ("train:\n  betas: [0.9, 1.5]\n", [], ["line 2: train.betas.1: Input should be less than 1"]),
+    "beta on its own line": ("train:\n  betas:\n  - 0.9\n  - 1.5\n", [], ["line 4: train.betas.1: Input should"]),
     "bad beta from an override": ("", ["train.betas=[0.9,1.0]"], ["--set train.betas=[0.9,1.0]", "train.betas.1"]),
-    "one beta": ("", ["train.betas=0.9"], ["--set train.betas=0.9", "train.betas = 0.9"]),
+    "one beta": ("", ["train.betas=0.9"], ["--set train.betas=0.9: train.betas: Input should be a valid tuple"]),
     # A key or section given twice: YAML would keep the last and drop the first silently.
     "duplicate section": (
         "model:\n  d_model: 64\ntrain:\n  lr: 0.1\nmodel:\n  n_heads: 2\n",
@@ -146,31 +169,37 @@ ERROR_CASES = {
     "duplicate key in a flow mapping": ("seed: 1\nlog: {every: 5, every: 6}\n", [], ["line 2: duplicate key 'every'"]),
     "duplicate key in an override": ("", ["log={every: 5, every: 6}"], ["--set log={every: 5", "duplicate key"]),
     "too deep an override": ("", ["train.betas=" + "[" * 40 + "]" * 40], ["--set train.betas=[[", "deeper than 32"]),
-    # Sizes beyond their bound name the key and the bound, even when YAML reads 1e12 as a string.
+    "an alias in an override": ("", ["model.d_ff=*width"], ["--set model.d_ff=*width: line 1: YAML anchors and"]),
+    # Sizes beyond their bound name the key and the bound. A number YAML reads as a string
+    # ("1e12") or a float is not an integer, whatever its size.
     "seed beyond 64 bits": (
         "seed: 99999999999999999999999\n",
         [],
-        ["seed = 9999", "less than or equal to 9223372036854775807"],
+        ["line 1: seed: Input should be less than or equal to 9223372036854775807"],
     ),
-    "negative seed": ("seed: -1\n", [], ["seed = -1", "greater than or equal to 0"]),
+    "negative seed": ("seed: -1\n", [], ["line 1: seed: Input should be greater than or equal to 0"]),
     "batch size 1e12": (
         "",
         ["train.batch_size=1e12"],
-        ["--set train.batch_size=1e12", "train.batch_size = '1e12'", "from 1 to 65536 (too large)"],
+        ["--set train.batch_size=1e12: train.batch_size: Input should be a valid integer"],
     ),
-    "vocab size 1e9": ("task:\n  vocab_size: 1e9\n", [], ["task.vocab_size = '1e9'", "from 1 to 10000 (too large)"]),
+    "vocab size 1e9": ("task:\n  vocab_size: 1e9\n", [], ["line 2: task.vocab_size: Input should be a valid integer"]),
     "model max_len 1e8": (
         "",
         ["model.max_len=100000000"],
-        ["model.max_len = 100000000", "less than or equal to 65536"],
+        ["--set model.max_len=100000000: model.max_len: Input should be less than or equal to 65536"],
     ),
-    "d_model 1e6": ("", ["model.d_model=1e6"], ["--set model.d_model=1e6", "from 1 to 8192 (too large)"]),
-    "eval size 1e9": ("task:\n  eval_size: 1.0e+9\n", [], ["task.eval_size = 1000000000.0", "to 1000000 (too large)"]),
-    "task max_len beyond the hash table": ("task:\n  max_len: 4095\n", [], ["task.max_len = 4095", "or equal to 4094"]),
+    "d_model 1e6": ("", ["model.d_model=1e6"], ["--set model.d_model=1e6: model.d_model: Input should be a valid"]),
+    "eval size 10**9": (
+        "task:\n  eval_size: 1000000000\n",
+        [],
+        ["line 2: task.eval_size: Input should be less than or equal to 1000000"],
+    ),
+    "task max_len beyond the hash table": ("task:\n  max_len: 4095\n", [], ["task.max_len: Input", "or equal to 4094"]),
     "a fraction where an int is needed": (
         "",
         ["model.n_layers=2.5"],
-        ["model.n_layers = 2.5", "an integer from 1 to 64"],
+        ["--set model.n_layers=2.5: model.n_layers: Input should be a valid integer"],
     ),
     # A cross-field check of a section that an override made fail names the override.
     "section check failing through an override": (
@@ -209,9 +238,9 @@ def test_a_task_key_that_only_other_architectures_read_names_them(tmp_path, monk
 
 
 def test_missing_file_and_folder(tmp_path):
-    with pytest.raises(ConfigError, match="config file not found"):
+    with pytest.raises(ConfigError, match=r"nope\.yaml: cannot read: config file not found"):
         load_config(tmp_path / "nope.yaml")
-    with pytest.raises(ConfigError, match="is a folder"):
+    with pytest.raises(ConfigError, match="cannot read: is a folder; config file must be a regular file"):
         load_config(tmp_path)
 
 
@@ -282,12 +311,15 @@ def test_a_size_beyond_its_bound_names_the_key_and_the_bound(key):
     }.get(key, [])
     # Anything up to the bound passes the schema (the task checks may still refuse it).
     config_from_dict({}, [*extra, f"{key}={bound}"])
-    for value in (bound + 1, 10**30, f"{float(bound + 1):e}"):
+    expected = {
+        bound + 1: f"Input should be less than or equal to {bound}",
+        10**30: f"Input should be less than or equal to {bound}",
+        f"{float(bound + 1):e}": "Input should be a valid integer",  # a float to YAML, whatever its size
+    }
+    for value, message in expected.items():
         with pytest.raises(ConfigError) as caught:
             config_from_dict({}, [*extra, f"{key}={value}"], source="c.yaml")
-        message = str(caught.value)
-        assert message.startswith(f"--set {key}={value}: {key} = "), message
-        assert str(bound) in message and "\n" not in message
+        assert str(caught.value) == f"--set {key}={value}: {key}: {message}"
 
 
 def test_the_longest_task_fits_the_data_code():
@@ -310,7 +342,7 @@ def test_a_section_check_names_the_overrides_it_mentions(tmp_path):
     path.write_text("model:\n  d_model: 10\n")  # the file's own mistake: an unrelated override is not blamed
     with pytest.raises(ConfigError) as caught:
         load_config(path, ["model.dropout=0.1"])
-    assert str(caught.value).startswith(f"{path}: model: d_model=10 must be divisible")
+    assert str(caught.value).startswith(f"{path}: line 1: model: d_model=10 must be divisible")
     path.write_text("model:\n  d_model: 12\n  n_heads: 4\n")
     with pytest.raises(ConfigError) as caught:
         load_config(path, ["model.dropout=0.1", "model.positional=rope"])
@@ -322,25 +354,37 @@ def test_a_section_check_names_the_overrides_it_mentions(tmp_path):
 BILLION_LAUGHS = "a: &a [lol, lol, lol, lol, lol, lol, lol, lol, lol]\n" + "".join(
     f"{name}: &{name} [{', '.join([f'*{prev}'] * 9)}]\n" for prev, name in zip("abcdefgh", "bcdefghi", strict=True)
 )  # 9**9 strings from 578 bytes
-MAPPING_BOMB = "a: &a {x: 1, y: 1, z: 1, w: 1}\n" + "".join(
+MAPPING_BOMB = "seed: 1\na: &a {x: 1, y: 1, z: 1, w: 1}\n" + "".join(
     f"{name}: &{name} {{{', '.join(f'{key}: *{prev}' for key in 'xyzwv')}}}\n"
     for prev, name in zip("abcdefghijkl", "bcdefghijklm", strict=True)
 )  # 5**12 mappings
+ANCHORS_REFUSED = "YAML anchors and aliases are not supported in a config (write the value out)"
+# Each case: the text, and what the one line says after the file's name. Aliases are refused
+# at the first anchor, before anything is built: no bomb is ever expanded.
 EXPLOSIVE_YAML = {
-    "billion laughs": (BILLION_LAUGHS, "too big: more than 10,000 keys and values, counting what each alias repeats"),
-    "mapping bomb": (MAPPING_BOMB, "too big: more than 10,000 keys and values, counting what each alias repeats"),
+    "billion laughs": (BILLION_LAUGHS, f"line 1: {ANCHORS_REFUSED}"),
+    "mapping bomb": (MAPPING_BOMB, f"line 2: {ANCHORS_REFUSED}"),
     "long string bomb": (
-        "x: &x " + "y" * 9000 + "\nz: [*x, *x, *x, *x, *x, *x, *x, *x, *x, *x, *x, *x]\n",
-        f"too big: more than {MAX_CONFIG_BYTES:,} characters of values, counting",
+        "x: &x " + "y" * 9000 + "\nz: [*x, *x, *x, *x, *x, *x, *x, *x, *x, *x]\n",
+        f"line 1: {ANCHORS_REFUSED}",
     ),
-    "5,000-deep lists": ("seed: " + "[" * 5000 + "]" * 5000 + "\n", "line 1: nested deeper than 32 levels"),
-    "5,000-deep mappings": ("model: " + "{a: " * 5000 + "1" + "}" * 5000 + "\n", "nested deeper than 32 levels"),
-    "deep block nesting": ("".join("  " * depth + f"k{depth}:\n" for depth in range(50)), "line 33: nested deeper"),
-    "self-referencing mapping": ("model: &m\n  d_model: 64\n  n_heads: *m\n", "line 3: alias *m refers to a node"),
-    "self-referencing list": ("seed: &s [1, [2, *s]]\n", "line 1: alias *s refers to a node that contains it"),
+    "5,000-deep lists": (
+        "seed: " + "[" * 5000 + "]" * 5000 + "\n",
+        "line 1: nested deeper than 32 levels (a config needs 3)",
+    ),
+    "5,000-deep mappings": (
+        "model: " + "{a: " * 5000 + "1" + "}" * 5000 + "\n",
+        "line 1: nested deeper than 32 levels (a config needs 3)",
+    ),
+    "deep block nesting": (
+        "".join("  " * depth + f"k{depth}:\n" for depth in range(50)),
+        "line 33: nested deeper than 32 levels (a config needs 3)",
+    ),
+    "self-referencing mapping": ("model: &m\n  d_model: 64\n  n_heads: *m\n", f"line 1: {ANCHORS_REFUSED}"),
+    "self-referencing list": ("seed: 1\nlog: &s [1, [2, *s]]\n", f"line 2: {ANCHORS_REFUSED}"),
     "too big a file": (
         "#" * MAX_CONFIG_BYTES + "\n",
-        f"has {MAX_CONFIG_BYTES + 1:,} bytes; a config file may have at most",
+        f"cannot read: {MAX_CONFIG_BYTES + 1:,} bytes; config file takes at most {MAX_CONFIG_BYTES:,} bytes",
     ),
 }
 
@@ -373,15 +417,33 @@ def test_yaml_that_explodes_is_one_line(case, tmp_path):
     text, fragment = EXPLOSIVE_YAML[case]
     path = tmp_path / "bomb.yaml"
     path.write_text(text)
-    message = read_in_a_subprocess(path)
-    assert message.startswith(f"{path}: ") and fragment in message, message
+    assert read_in_a_subprocess(path) == f"{path}: {fragment}"
 
 
-def test_aliases_within_the_bounds_still_work():
-    config = parse_config(
-        "model:\n  d_model: &width 64\n  d_ff: *width\n  <<: {n_heads: 8, n_layers: 3}\n  n_heads: 2\n"
-    )
-    assert (config.model.d_model, config.model.d_ff, config.model.n_heads, config.model.n_layers) == (64, 64, 2, 3)
+# Harmless anchors and aliases are refused too, at the line of the first one.
+ANCHORED = {
+    "an anchor and its alias": ("model:\n  d_model: &width 64\n  d_ff: *width\n", 2),
+    "an anchor alone": ("seed: 1\nmodel: &m {d_model: 64}\n", 2),
+    "an alias without its anchor": ("model:\n  d_model: 64\n  d_ff: *width\n", 3),
+    "a merge of an anchored mapping": ("base: &b {n_heads: 8}\nmodel:\n  <<: *b\n", 1),
+    "an anchored key": ("model:\n  &k d_model: 64\n", 2),
+}
+
+
+@pytest.mark.parametrize("case", sorted(ANCHORED))
+@pytest.mark.parametrize("command", [["config", "show"], ["train"]])
+def test_a_config_with_an_anchor_or_alias_is_one_line_and_changes_nothing(case, command, tmp_path):
+    text, line = ANCHORED[case]
+    config = tmp_path / "anchored.yaml"
+    config.write_text(text)
+    result = invoke(*command, config, *(["--runs-dir", tmp_path / "runs"] if command == ["train"] else []))
+    assert_user_error(result, f"{config}: line {line}: {ANCHORS_REFUSED}")
+    assert result.stdout == "" and sorted(tmp_path.iterdir()) == [config]
+
+
+def test_a_merge_key_without_an_alias_still_works():
+    config = parse_config("model:\n  d_model: 64\n  <<: {n_heads: 8, n_layers: 3}\n  n_heads: 2\n")
+    assert (config.model.d_model, config.model.n_heads, config.model.n_layers) == (64, 2, 3)
 
 
 @pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs here")
@@ -389,13 +451,15 @@ def test_a_fifo_is_not_a_config_file(tmp_path):
     fifo = tmp_path / "config.yaml"
     os.mkfifo(fifo)
     message = read_in_a_subprocess(fifo, seconds=10)  # opening it for reading would block
-    assert message == f"{fifo}: is a FIFO; a config must be a regular file"
+    assert message == f"{fifo}: cannot read: not a regular file (a FIFO); config file must be a regular file"
 
 
 @pytest.mark.skipif(not Path("/dev/zero").exists(), reason="no /dev/zero here")
 def test_a_device_is_not_a_config_file():
     message = read_in_a_subprocess("/dev/zero", seconds=10)  # it never ends
-    assert message == "/dev/zero: is a character device; a config must be a regular file"
+    assert (
+        message == "/dev/zero: cannot read: not a regular file (a character device); config file must be a regular file"
+    )
 
 
 # ---- files that cannot be read or never end
@@ -409,13 +473,28 @@ def test_non_finite_numbers_are_config_errors(tmp_path, value):
         load_config(path)
 
 
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs here")
 def test_a_text_task_refuses_a_file_that_never_ends(tmp_path):
-
     fifo = tmp_path / "pipe"
     os.mkfifo(fifo)
-    for path in (fifo, "/dev/zero"):
+    for path, kind in ((fifo, "a FIFO"), ("/dev/zero", "a character device")):
         config = write_config(tmp_path, {"task": {"name": "text", "path": str(path)}})
-        assert_user_error(invoke("config", "show", config), "is not a regular file")
+        assert_user_error(
+            invoke("config", "show", config),
+            f"line 3: task.path: {path}: cannot read: not a regular file ({kind}); text file must be",
+        )
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs here")
+def test_a_fifo_that_takes_a_file_s_place_after_the_check_is_refused(tmp_path, monkeypatch):
+    """The check before opening passes a regular file; should a FIFO replace it before the
+    open, the opened descriptor is checked again (and opening did not block)."""
+    fifo = tmp_path / "config.yaml"
+    os.mkfifo(fifo)
+    monkeypatch.setattr(files, "check_regular_file", lambda *args: None)  # the file was regular when checked
+    with unblocked_after(20, lambda: open(fifo, "wb").close()), pytest.raises(ConfigError) as caught:
+        read_config(fifo)
+    assert str(caught.value) == f"{fifo}: cannot read: not a regular file (a FIFO); config file must be a regular file"
 
 
 @pytest.fixture
@@ -432,8 +511,7 @@ def locked(tmp_path, monkeypatch):
 def test_a_config_in_a_folder_the_user_cannot_enter_is_one_line(locked, command, tmp_path):
     extra = ["--runs-dir", tmp_path / "runs"] if command == ["train"] else []
     result = invoke(*command, locked, *extra)
-    assert_user_error(result, f"{locked}: cannot read config file")
-    assert "Permission denied" in result.stderr
+    assert_user_error(result, f"{locked}: cannot read: Permission denied")
     assert not (tmp_path / "runs").exists()
 
 
@@ -447,4 +525,4 @@ def test_a_config_the_user_cannot_open_is_one_line(tmp_path, monkeypatch):
         return real_open(path, *args, **kwargs)
 
     monkeypatch.setattr(os, "open", open_)
-    assert_user_error(invoke("config", "show", config), f"{config}: cannot read config file")
+    assert_user_error(invoke("config", "show", config), f"{config}: cannot read: Permission denied")

@@ -9,7 +9,7 @@ import pytest
 import torch
 from conftest import assert_user_error, invoke, tiny_config, train_tiny_run
 
-from tinytf.attend import attention_report
+from tinytf.attend import attention_report, attention_sides
 from tinytf.config import config_from_dict
 from tinytf.framing import get_framing
 from tinytf.heads import GENERIC_PATTERNS, HeadScore, head_scores, pattern_mass, row_entropy, token_patterns
@@ -29,6 +29,16 @@ def score(weights: torch.Tensor, pattern: str, ids: list[int]) -> float | None:
     ids_tensor = torch.tensor(ids)
     found = pattern_mass(weights, token_patterns(ids_tensor, ids_tensor, same_sequence=True)[pattern])
     return None if found is None else float(found[0])
+
+
+def test_each_attention_reads_the_sequences_its_name_says():
+    # an encoder-decoder: the encoder reads the source, the decoder its tokens, cross-attention both
+    assert attention_sides("encoder.0.self", "tokens", "source") == ("source", "source")
+    assert attention_sides("decoder.1.self", "tokens", "source") == ("tokens", "tokens")
+    assert attention_sides("decoder.1.cross", "tokens", "source") == ("tokens", "source")
+    # an encoder alone, or a decoder alone: the tokens on both sides
+    assert attention_sides("encoder.0.self", "tokens", None) == ("tokens", "tokens")
+    assert attention_sides("decoder.0.self", "tokens", None) == ("tokens", "tokens")
 
 
 def test_a_pure_diagonal_scores_self_1_and_previous_0():
@@ -242,6 +252,15 @@ def test_heads_on_one_typed_input(run_dir):
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
     assert data["inputs"] == 1 and data["text"] == "3 1 2" and data["heads"][0]["ablation"] is None
+
+
+def test_heads_notes_a_typed_input_of_a_length_never_trained_on(run_dir):
+    short = invoke("heads", "--run", run_dir, "--text", "3 1")
+    assert short.exit_code == 0, short.output
+    assert short.stderr.startswith("note: the input has 2 tokens") and short.stderr.count("\n") == 1, short.stderr
+    assert "the input '3 1'" in short.stdout.splitlines()[0]
+    in_range = invoke("heads", "--run", run_dir, "--text", "3 1 2")
+    assert in_range.exit_code == 0 and in_range.stderr == ""
 
 
 @pytest.mark.parametrize(

@@ -33,8 +33,10 @@ def untrained(arch="decoder", **model_keys):
 
 
 def make_model(arch):
+    """An untrained model in eval mode, as a user reads one."""
     torch.manual_seed(0)
-    return tinytf.build_model({"model": {"arch": arch, "d_model": 16, "n_heads": 4, "n_layers": 1}}, vocab_size=VOCAB)
+    model = tinytf.build_model({"model": {"arch": arch, "d_model": 16, "n_heads": 4, "n_layers": 1}}, vocab_size=VOCAB)
+    return model.eval()
 
 
 def never_stops(model):
@@ -235,6 +237,21 @@ def test_token_ids_outside_the_vocabulary_name_the_argument_and_the_range(arch, 
         model.decode(tokens[:, :3], cache=cache)
         with pytest.raises(ValueError, match="`tokens` holds ids from"):
             model.decode(bad[:, 2:3], cache=cache)  # generation's path, one new token at a time
+
+
+def test_a_training_forward_never_reads_the_ids_back(monkeypatch):
+    model = make_model("encoder-decoder").train()
+    tokens, source = torch.randint(0, VOCAB, (2, 5)), torch.randint(0, VOCAB, (2, 4))
+
+    def read_back(*args, **kwargs):
+        raise AssertionError("the ids were read back in a training step")
+
+    monkeypatch.setattr(torch, "aminmax", read_back)
+    model(tokens, source=source).sum().backward()
+    with pytest.raises(TypeError, match="must be a tensor of integer token ids"):  # still checked: no read back
+        model(tokens.float(), source=source)
+    with pytest.raises(AssertionError, match="read back"):
+        model.eval()(tokens, source=source)
 
 
 def test_a_source_batch_that_does_not_match_the_tokens_names_both_shapes():

@@ -199,6 +199,7 @@ def folder(tmp_path_factory):
 @given(text=yaml_documents())
 @example(text="a: &a [*a]")  # a recursive alias
 @example(text="a: &a [x, x]\nb: &b [*a, *a]\nc: &c [*b, *b]\nd: [*c, *c, *c]")  # aliases that multiply
+@example(text="base: &b {d_model: 64}\nmodel:\n  <<: *b\n")  # a merge of an anchored mapping
 @example(text="model:\n  d_model: 64\nmodel:\n  d_model: 32\n")  # a section given twice
 @example(text="task:\n  name: text\n  path: /dev/zero\n")  # a data file that never ends
 @example(text="seed: 100000000000000000000000000000000000000\n")

@@ -25,7 +25,15 @@ from conftest import (
 
 from tinytf.checkpoint import load_checkpoint
 from tinytf.errors import UserError
-from tinytf.runs import checkpoint_path, create_run_dir, exclusive_training, load_run, newest_run, skipped_runs
+from tinytf.runs import (
+    check_run_name,
+    checkpoint_path,
+    create_run_dir,
+    exclusive_training,
+    load_run,
+    newest_run,
+    skipped_runs,
+)
 from tinytf.training import train
 
 
@@ -44,6 +52,7 @@ def test_a_run_folder_holds_everything(tmp_path):
     assert [r["step"] for r in records if r["split"] == "val"] == [4, 8, 12]
     assert load_checkpoint(checkpoint_path(run_dir, "last"))["step"] == 12
     assert load_run(run_dir, "best").step == result.best["step"]
+    assert (run_dir / "train.lock").is_file() and not (run_dir / "train.pid").exists()  # the lock stays, unheld
 
 
 def test_runs_never_share_a_folder(tmp_path):
@@ -133,6 +142,16 @@ def test_a_text_run_can_be_looked_at_after_its_file_is_gone(tmp_path, monkeypatc
     assert invoke("attend", "the", "--runs-dir", "runs").exit_code == 0
     assert invoke("predict", "the qu", "--runs-dir", "runs").exit_code == 0
     assert_user_error(invoke("eval", "--runs-dir", "runs"), "task.path")
+
+
+@pytest.mark.parametrize("name", ["../escape", "a/b", "..", ".hidden", "x\\y", "", "nul\0"])
+def test_a_run_name_is_one_plain_folder_name(name, tmp_path):
+    with pytest.raises(UserError, match="a run name is one folder name"):
+        check_run_name(name, tmp_path)
+    with pytest.raises(UserError, match="a run name is one folder name"):
+        create_run_dir(tmp_path / "runs", name)
+    assert not (tmp_path / "runs").exists()
+    check_run_name("sort-v2", tmp_path)  # a plain name passes
 
 
 @pytest.mark.parametrize("name", ["../escape", "a/b", "..", ".hidden", "x\\y", ""])

@@ -1,10 +1,12 @@
 """Every task against an independent, brute-force reference, plus determinism."""
 
+import os
 import random
 from collections import Counter
 
 import pytest
 import torch
+from conftest import unblocked_after
 
 from tinytf import build_model
 from tinytf.config import ConfigProblem, TaskConfig, config_from_dict
@@ -14,6 +16,7 @@ from tinytf.framing import IGNORE, get_framing
 from tinytf.tasks import TASKS, get_task
 from tinytf.tasks.base import SymbolTask
 from tinytf.tasks.sentences import INTRANSITIVE, NOUNS, TRANSITIVE, Grammar
+from tinytf.tasks.text import MAX_TEXT_BYTES
 
 
 def task_config(name, **keys):
@@ -203,7 +206,12 @@ def test_text_task_word_tokenizer(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "text, fragment", [(None, "file not found"), ("tiny", "has 4 char tokens"), (b"\xff\xfe", "not UTF-8")]
+    "text, fragment",
+    [
+        (None, "corpus.txt: cannot read: text file not found"),
+        ("tiny", "has 4 char tokens"),
+        (b"\xff\xfe", "not UTF-8"),
+    ],
 )
 def test_text_task_errors(tmp_path, text, fragment):
     path = tmp_path / "corpus.txt"
@@ -213,6 +221,32 @@ def test_text_task_errors(tmp_path, text, fragment):
         path.write_text(text)
     task = get_task(task_config("text", path=str(path)))
     with pytest.raises(ConfigError, match=fragment):
+        task.sample(1, torch.Generator())
+
+
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no FIFOs here")
+def test_text_task_refuses_to_read_a_fifo(tmp_path):
+    """Reading the data (not only the config check) refuses a FIFO instead of waiting for a writer."""
+    fifo = tmp_path / "corpus.txt"
+    os.mkfifo(fifo)
+    task = get_task(task_config("text", path=str(fifo)))
+    expected = f"task.path: {fifo}: cannot read: not a regular file (a FIFO); text file must be a regular file"
+    with unblocked_after(20, lambda: open(fifo, "wb").close()):  # a hang becomes a failure
+        for read in (lambda: task.sample(1, torch.Generator()), task.data_fingerprint):
+            with pytest.raises(ConfigError) as caught:
+                read()
+            assert str(caught.value) == expected
+
+
+def test_text_task_file_size_is_bounded(tmp_path):
+    big = tmp_path / "big.txt"
+    with open(big, "wb") as file:
+        file.truncate(MAX_TEXT_BYTES + 1)  # sparse: no time or disk to make
+    task = get_task(task_config("text", path=str(big)))
+    bound = f"{MAX_TEXT_BYTES + 1:,} bytes; text file takes at most {MAX_TEXT_BYTES:,} bytes"
+    with pytest.raises(ConfigProblem, match=bound):  # checked with the config, before any training
+        task.check()
+    with pytest.raises(ConfigError, match=bound):
         task.sample(1, torch.Generator())
 
 

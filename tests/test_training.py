@@ -10,25 +10,20 @@ import pytest
 import torch
 from conftest import assert_same_weights, final_weights, invoke, read_metrics, tiny_config, tiny_data, write_config
 
-from tinytf import training
 from tinytf.checkpoint import load_checkpoint
 from tinytf.config import config_from_dict
 from tinytf.data import TaskData
 from tinytf.distributed import OneProcess
-from tinytf.errors import UserError
 from tinytf.framing import get_framing
 from tinytf.loggers import MetricsFileLogger, NullLogger, RecordingLogger
 from tinytf.model import build_model
+from tinytf.optim import learning_rate, make_optimizer
 from tinytf.runs import checkpoint_path
 from tinytf.tasks import get_task
 from tinytf.training import (
     Trainer,
     TrainingDiverged,
     _assemble,
-    learning_rate_factor,
-    make_optimizer,
-    select_device,
-    step_precision,
     train,
 )
 
@@ -101,16 +96,22 @@ def test_stop_at_accuracy_stops_at_the_first_evaluation_that_reaches_it(tmp_path
     assert load_checkpoint(checkpoint_path(result.run_dir, "last"))["step"] == first["step"]
 
 
+def factor(step, warmup_steps, decay_steps):
+    """The schedule's multiplier of train.lr at `step`."""
+    settings = tiny_config(train={"lr": 1.0, "steps": 100, "warmup_steps": warmup_steps, "decay_steps": decay_steps})
+    return learning_rate(step, settings.train)
+
+
 def test_learning_rate_warms_up_then_decays():
-    factors = [learning_rate_factor(step, 10, 100) for step in range(100)]
+    factors = [factor(step, 10, 100) for step in range(100)]
     assert factors[0] == pytest.approx(0.1) and factors[9] == pytest.approx(1.0)
     assert all(a >= b for a, b in itertools.pairwise(factors[10:]))
     assert factors[-1] == pytest.approx(0.1, abs=1e-3)
 
 
 def test_a_shorter_decay_ends_early_and_then_holds_a_tenth(tmp_path):
-    factors = [learning_rate_factor(step, 10, 50) for step in range(100)]
-    assert factors[30] < learning_rate_factor(30, 10, 100)
+    factors = [factor(step, 10, 50) for step in range(100)]
+    assert factors[30] < factor(30, 10, 100)
     assert factors[50:] == pytest.approx([0.1] * 50)
     # The trainer's optimizer follows train.decay_steps, and train.steps still ends the run.
     result = train(tiny_config(train={"steps": 12, "warmup_steps": 2, "decay_steps": 6, "lr": 1e-2}), runs_dir=tmp_path)
@@ -118,43 +119,6 @@ def test_a_shorter_decay_ends_early_and_then_holds_a_tenth(tmp_path):
     logged = [(row["step"], row["lr"]) for row in read_metrics(result.run_dir) if "lr" in row]
     after_the_decay = [lr for step, lr in logged if 6 <= step < 12]  # over train.steps, lr would still fall here
     assert after_the_decay and after_the_decay == pytest.approx([1e-3] * len(after_the_decay))
-
-
-def test_unavailable_device_is_a_user_error():
-    if not torch.cuda.is_available():
-        with pytest.raises(UserError, match="no cuda device"):
-            select_device("cuda")
-    assert select_device("cpu").type == "cpu"
-
-
-def test_precision_auto_is_bf16_where_the_hardware_multiplies_bf16(monkeypatch):
-    cpu, cuda, mps = torch.device("cpu"), torch.device("cuda"), torch.device("mps")
-    for native in (True, False):
-        monkeypatch.setattr(training, "cpu_multiplies_bf16", lambda native=native: native)
-        monkeypatch.setattr(training, "gpu_multiplies_bf16", lambda native=native: not native)
-        expected = ["bf16", "fp32", "fp32"] if native else ["fp32", "bf16", "fp32"]
-        assert [step_precision(device, "auto") for device in (cpu, cuda, mps)] == expected
-    assert step_precision(cpu, "bf16") == "bf16" and step_precision(cuda, "fp32") == "fp32"
-    with pytest.raises(UserError, match="precision=bf16 runs on cpu or cuda"):
-        step_precision(mps, "bf16")
-
-
-class AnotherProcessSaysYes(OneProcess):
-    """A job in which some other process answers True to every `any` question."""
-
-    def any(self, flag: bool) -> bool:
-        return True
-
-
-def test_a_job_takes_bf16_only_if_every_process_chose_it(monkeypatch):
-    """auto on a machine that multiplies bf16: bf16 alone, float32 (the step and Muon's
-    orthogonalisation) when another process of the job chose float32."""
-    monkeypatch.setattr(training, "cpu_multiplies_bf16", lambda: True)
-    config = tiny_config(train={"precision": "auto", "optimizer": "muon"})
-    alone = _assemble(config, None, (), OneProcess())
-    assert alone.precision == "bf16" and alone.optimizer.parts[0].dtype == torch.bfloat16
-    in_a_job = _assemble(config, None, (), AnotherProcessSaysYes())
-    assert in_a_job.precision == "fp32" and in_a_job.optimizer.parts[0].dtype == torch.float32
 
 
 @pytest.mark.parametrize("precision", ["bf16", "fp32"])
@@ -168,7 +132,6 @@ def test_the_step_multiplies_in_its_precision_and_keeps_float32_weights(precisio
     logits, _, _ = trainer._train_step(trainer.model, trainer.window)
     step_dtype = torch.bfloat16 if precision == "bf16" else torch.float32
     assert logits.dtype == step_dtype
-    assert trainer.optimizer.parts[0].dtype == step_dtype  # Muon orthogonalises in the step's dtype
 
 
 @pytest.mark.slow  # needs a C++ compiler, and compiling takes long

@@ -7,6 +7,8 @@ TensorBoard attention images and the notebooks. Pure: it computes, the CLI forma
     report.note                      # None, or why the answer may be a guess (a length never trained on)
 
 The weights are exactly those of `model(..., return_attention=True)` for the input.
+`attention_sides` says which sequence an attention's queries and keys read, for every
+module that labels or masks a map by its name.
 """
 
 from __future__ import annotations
@@ -14,12 +16,28 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 import numpy as np
 from torch import nn
 
 from tinytf.errors import UserError
 from tinytf.framing import Framing, eval_mode
+
+Tokens = TypeVar("Tokens")  # token strings, a tensor of ids, or a label for them
+
+
+def attention_sides(name: str, tokens: Tokens, source: Tokens | None) -> tuple[Tokens, Tokens | None]:
+    """What the queries and the keys of the attention `name` ("encoder.0.self",
+    "decoder.1.cross") read, given the model's `tokens` and an encoder-decoder's `source`
+    (None for the other architectures): its encoder reads the source on both sides, its
+    cross-attention asks from the tokens into the source; every other attention reads the tokens."""
+    stack, _, kind = name.split(".")
+    if source is not None and stack == "encoder":
+        return source, source
+    if kind == "cross":
+        return tokens, source
+    return tokens, tokens
 
 
 @dataclass
@@ -114,9 +132,7 @@ def attention_report(model: nn.Module, framing: Framing, text: str, target: str 
     maps = []
     for name, w in weights.items():
         stack, layer, kind = name.split(".")
-        reads_source = stack == "encoder" and source_tokens is not None
-        queries = source_tokens if reads_source else tokens
-        keys = source_tokens if reads_source or kind == "cross" else tokens
+        queries, keys = attention_sides(name, tokens, source_tokens)
         maps.append(AttentionMap(stack, int(layer), kind, queries, keys, w[0].float().cpu().numpy()))
     note = framing.length_note(framing.typed_input(text, model.config.max_len))
     return AttentionReport(tokens, source_tokens, None if answer is None else vocab.decode(answer), maps, note)

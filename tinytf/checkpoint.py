@@ -24,7 +24,7 @@ import torch
 from tinytf.errors import UserError, first_line
 from tinytf.files import atomic_writer
 
-FORMAT = "tinytf-checkpoint-1"
+FORMAT = "tinytf-checkpoint-2"
 
 
 class CheckpointError(UserError):
@@ -64,9 +64,9 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
         ) from None
     if not isinstance(state, dict) or state.get("format") != FORMAT:
         raise CheckpointError(f"{path}: not a tinytf checkpoint (expected format {FORMAT!r})")
-    checksum = state.pop("checksum", None)  # checkpoints written before checksums have none
+    checksum = state.pop("checksum", None)
     content = {key: value for key, value in state.items() if key != "format"}
-    if checksum is not None and (not isinstance(checksum, str) or checksum != tensor_checksum(content)):
+    if not isinstance(checksum, str) or checksum != tensor_checksum(content):
         raise CheckpointError(f"{path}: damaged: its content does not match the checksum saved with it; not loaded")
     problem = structure_problem(state)
     if problem is not None:
@@ -77,9 +77,8 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
 def structure_problem(state: dict[Any, Any]) -> str | None:
     """What is wrong with the shape of a checkpoint's data, in a few words; None if nothing.
     Every checkpoint has a `step` (a whole number >= 0); `model`, when there, maps
-    parameter names to tensors; `optimizer`, `scheduler`, `rng` and `best`, when there,
-    are mappings. (What a resumed run needs inside them is `Trainer.load_state_dict`'s
-    to check.)"""
+    parameter names to tensors; `optimizer`, `rng`, `best` and `window`, when there, are
+    mappings. (What a resumed run needs inside them: `training_state_problem`.)"""
     if "step" not in state:
         return "it has no 'step'"
     step = state["step"]
@@ -91,10 +90,64 @@ def structure_problem(state: dict[Any, Any]) -> str | None:
     for name, value in model.items():
         if not isinstance(name, str) or not isinstance(value, torch.Tensor):
             return f"'model' maps {describe(name)} to {describe(value)}, not a parameter name to a tensor"
-    for key in ("optimizer", "scheduler", "rng", "best"):
+    for key in ("optimizer", "rng", "best", "window"):
         if key in state and not isinstance(state[key], dict):
             return f"{key!r} is {describe(state[key])}, not a mapping"
     return None
+
+
+TRAINING_STATE = ("step", "model", "optimizer", "rng", "best_score", "best", "window")
+
+
+def training_state_problem(state: dict[Any, Any], fresh_optimizer: dict, optimizer_name: str) -> str | None:
+    """What keeps `state` (a loaded checkpoint) from being resumed by a trainer whose new
+    optimizer's state dict is `fresh_optimizer`, in a few words; None if nothing. Checked
+    before anything is loaded: a tampered file is one error, not a failure mid-training."""
+    if missing := [key for key in TRAINING_STATE if key not in state]:
+        return f"it has no {', '.join(map(repr, missing))}: not a whole training state"
+    if (found := structure_problem(state)) is not None:
+        return found
+    if state["optimizer"].keys() != fresh_optimizer.keys():
+        return f"its 'optimizer' is the state of another optimizer than train.optimizer={optimizer_name}"
+    if (found := kind_mismatch(fresh_optimizer, state["optimizer"], "'optimizer'")) is not None:
+        return found
+    rng, window = state["rng"], state["window"]
+    if not all(isinstance(rng.get(key), torch.Tensor) for key in ("torch", "data")):
+        return "'rng' should hold the tensors 'torch' and 'data'"
+    by_rank = rng.get("torch_by_rank", [])
+    if not isinstance(by_rank, list) or not all(isinstance(stream, torch.Tensor) for stream in by_rank):
+        return "'rng'.'torch_by_rank' should be a list of tensors"
+    if not (isinstance(window.get("loss_sum"), float) and type(window.get("steps")) is int):
+        return "'window' should hold the number 'loss_sum' and the whole number 'steps'"
+    return _best_problem(state["best"], state["best_score"])
+
+
+def _best_problem(best: dict, best_score: Any) -> str | None:
+    if best_score is not None and (not isinstance(best_score, list | tuple) or len(best_score) != 2):
+        return "'best_score' should be None or two numbers"
+    numbers = [*best.values(), *(best_score or [])]
+    if not all(isinstance(value, int | float) and not isinstance(value, bool) for value in numbers):
+        return "'best' and 'best_score' should hold numbers"
+    if best and not {"step", "seq_acc", "token_acc", "loss"} <= best.keys():
+        return "'best' should be empty or have step, seq_acc, token_acc and loss"
+    return None
+
+
+def load_optimizer_state(optimizer: torch.optim.Optimizer, saved: dict) -> None:
+    """Load the optimizer's state (moments, step counts) from a checkpoint; its settings
+    (betas, weight decay, Muon's) stay this run's config's, as in a new run: a tampered
+    file cannot set them, and `--set train.betas=...` applies. A `ValueError` if a moment
+    is not a tensor of its weight's shape."""
+    configured = [{key: value for key, value in group.items() if key != "params"} for group in optimizer.param_groups]
+    optimizer.load_state_dict(saved)
+    for group, settings in zip(optimizer.param_groups, configured, strict=True):
+        params = group["params"]
+        group.clear()  # keys the file adds (e.g. another Muon's) do not stay either
+        group.update(params=params, **settings)
+    for parameter, moments in optimizer.state.items():  # AdamW's and Muon's: each weight's shape
+        for name, moment in moments.items():
+            if not isinstance(moment, torch.Tensor) or (name != "step" and moment.shape != parameter.shape):
+                raise ValueError(f"{name} is {describe(moment)}, not a tensor of shape {tuple(parameter.shape)}")
 
 
 def kind_mismatch(expected: Any, actual: Any, name: str) -> str | None:

@@ -5,39 +5,29 @@ A config file only states what differs from the defaults below:
     model:
       arch: decoder
       d_model: 64
-    train:
-      lr: 3e-4
 
-`read_config(path, overrides)` reads the file with `yaml.safe_load` (no code is ever
-executed), applies dotted overrides such as ``model.d_model=64`` and validates the
-result into frozen dataclass-like models (pydantic). Every mistake becomes a
-`ConfigError` whose one-line message names the file (or the `--set` at fault), the key,
-the bad value and what is allowed, e.g.::
+`read_config(path, overrides)` reads the file (with `tinytf.plain_yaml`: no code is ever
+executed), applies dotted overrides such as ``model.d_model=64`` and validates the result
+into frozen models (pydantic). Every mistake becomes a `ConfigError` whose one line names
+the file and line (or the `--set` at fault), the key and what is wrong, e.g.::
 
-    configs/x.yaml: model.d_modle: unknown key (did you mean 'd_model'?)
+    configs/x.yaml: line 2: model.d_modle: unknown key (did you mean 'd_model'?)
+    configs/x.yaml: line 3: train.batch_size: Input should be less than or equal to 65536
 
-Every size has an upper bound (the comments below give the reason for each), and the
-YAML itself is bounded before anything is built from it: a config file is a regular file
-of at most `MAX_CONFIG_BYTES`; a document may nest at most `MAX_DEPTH` levels and hold at
-most `MAX_NODES` values and `MAX_CONFIG_BYTES` characters of scalars, counted with every
-alias expanded (so an "alias bomb" is refused before it is built); an alias may not
-refer to a node that contains it; and a key may not appear twice in one mapping (YAML
-would silently keep the last one).
+Every size has an upper bound (the comments below give the reason for each). A config
+file is a regular file of at most `MAX_CONFIG_BYTES`; its YAML has no anchors or aliases,
+no deep nesting and no key twice in one mapping (see `tinytf.plain_yaml`).
 
-This module is a pure schema: it imports nothing of tinytf but its error types, and
-knows no task. The checks that need the task registry (the task exists, fits the
-architecture, uses the keys set, fits model.max_len) live one layer up, in
-`tinytf.experiment`, and run through the `check` hook of the readers below: use
+This module is a pure schema that knows no task; of tinytf it imports only the error
+types and the file and YAML readers. The checks that need the task registry (the task
+exists, fits the architecture, uses the keys set, fits model.max_len) live one layer up,
+in `tinytf.experiment`, and run through the `check` hook of the readers below: use
 `tinytf.load_config`, which does both.
 """
 
 from __future__ import annotations
 
 import difflib
-import math
-import os
-import re
-import stat
 from collections.abc import Callable, Collection, Iterable, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -46,6 +36,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationError, model_validator
 
 from tinytf.errors import ConfigError
+from tinytf.files import read_regular_file
+from tinytf.plain_yaml import Lines, RefusedYaml, describe_yaml_error, load_yaml
 
 # Integers are strict (a YAML `true` or `64.5` is not a width); floats accept ints and
 # strings such as "3e-4", which YAML 1.1 would otherwise leave as a string.
@@ -59,11 +51,7 @@ Arch = Literal["encoder", "decoder", "encoder-decoder"]
 Positional = Literal["sinusoidal", "learned", "rope", "none"]
 
 # Limits on the YAML text itself (see the module docstring).
-# A config file's size, and its scalars' total length with aliases expanded. A config with
-# every key is about 1 KB; parsing 100 KB of YAML takes about 0.1 s (the pure-Python parser).
-MAX_CONFIG_BYTES = 100_000
-MAX_DEPTH = 32  # nesting of mappings and lists (a valid config nests 3 deep: train.betas)
-MAX_NODES = 10_000  # keys and values with aliases expanded (a full config has about 50)
+MAX_CONFIG_BYTES = 100_000  # a config file's size: one with every key is about 1 KB
 
 # Upper bounds shared by several keys.
 MAX_STEPS = 10_000_000  # train.steps, and every "every N steps" interval: at ~1 ms a step, about 3 hours
@@ -89,6 +77,15 @@ class ConfigProblem(ConfigError):
 
 
 Check = Callable[["Config"], None]  # raises ConfigProblem
+
+
+class _SectionCheck(ValueError):
+    """A cross-field check of one section failing; `keys` are the section's keys it is
+    about, so that an override of one of them is named as the one at fault."""
+
+    def __init__(self, message: str, *keys: str) -> None:
+        super().__init__(message)
+        self.keys = keys
 
 
 # The longest example, in tokens, a task may produce: data.py fingerprints each example
@@ -147,12 +144,19 @@ class ModelConfig(Section):
     @model_validator(mode="after")
     def _check_shapes(self) -> ModelConfig:
         if self.d_model % self.n_heads:
-            raise ValueError(
+            raise _SectionCheck(
                 f"d_model={self.d_model} must be divisible by n_heads={self.n_heads} "
-                f"(each head gets d_model / n_heads dimensions)"
+                f"(each head gets d_model / n_heads dimensions)",
+                "d_model",
+                "n_heads",
             )
         if self.positional == "rope" and self.head_dim % 2:
-            raise ValueError(f"positional=rope needs an even head width, but d_model / n_heads = {self.head_dim}")
+            raise _SectionCheck(
+                f"positional=rope needs an even head width, but d_model / n_heads = {self.head_dim}",
+                "positional",
+                "d_model",
+                "n_heads",
+            )
         return self
 
     @property
@@ -184,14 +188,9 @@ class TrainConfig(Section):
     eval_every: PositiveInt = Field(200, le=MAX_STEPS)  # intervals: MAX_STEPS already means "never"
     checkpoint_every: PositiveInt = Field(500, le=MAX_STEPS)
     device: Literal["auto", "cpu", "cuda", "mps"] = "auto"
-    # The training step's forward pass under torch.autocast(bfloat16): the matrix products
-    # in bf16, and what is computed from them (activations; on a CPU also the attention
-    # softmax) stays bf16, and so does Muon's orthogonalisation. The weights, the optimizer's
-    # state and update, the loss and every evaluation stay float32. auto: bf16 where the
-    # hardware multiplies bf16 (CUDA GPUs from Ampere on; CPUs with AVX512-BF16 or AMX),
-    # float32 elsewhere; a torchrun job takes bf16 only if every process's machine has it,
-    # and a resumed run decides again. fp32: never. bf16: on any CPU or CUDA device (slower
-    # than float32 where the hardware lacks it).
+    # bf16: the training step's forward pass under torch.autocast(bfloat16), on a CPU or CUDA;
+    # weights, optimizer, loss and evaluation stay float32. auto: bf16 on CUDA GPUs from Ampere
+    # on, float32 on CPUs and MPS (a torchrun job: bf16 only if every process takes it).
     precision: Literal["auto", "fp32", "bf16"] = "auto"
     # Stop early once validation sequence accuracy reaches this fraction.
     stop_at_accuracy: Annotated[float, Field(gt=0.0, le=1.0)] | None = None
@@ -230,85 +229,42 @@ class Config(Section):
 
 # --------------------------------------------------------------------------- loading
 
+Sources = dict[tuple[str, ...], str]  # a key path an override set -> "--set KEY=VALUE", in the order given
+
 
 def read_config(path: str | Path, overrides: Iterable[str] = (), check: Check | None = None) -> Config:
     """Read a YAML config file, apply ``KEY=VALUE`` overrides, validate, then run `check`.
 
     Raises `ConfigError` with a one-line message for every user mistake.
     """
-    return config_from_dict(read_yaml(path), overrides, str(path), check)
+    data, lines = _read_document(path)
+    return _validate(data, overrides, str(path), check, lines)
 
 
 def parse_config(
     text: str, overrides: Iterable[str] = (), source: str = "<config>", check: Check | None = None
 ) -> Config:
     """Validate a YAML document (see `read_config`); `source` names it in errors."""
-    return config_from_dict(parse_yaml(text, source), overrides, source, check)
+    data, lines = _parse_document(text, source)
+    return _validate(data, overrides, source, check, lines)
 
 
 def read_yaml(path: str | Path) -> dict[str, Any]:
-    """A config file's mapping of sections, unvalidated. A missing or unreadable file, a
-    folder, anything but a regular file (a FIFO or a device would never end) and a file
-    over `MAX_CONFIG_BYTES` are a `ConfigError`."""
-    path = Path(path)
-    try:
-        status = path.stat()  # before opening: opening a FIFO blocks until a writer comes
-        _check_config_file(path, status)
-        # O_NONBLOCK: should a FIFO take the file's place after the check, opening it does not block.
-        with open(os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)), "rb") as file:
-            _check_config_file(path, os.fstat(file.fileno()))
-            data = file.read(MAX_CONFIG_BYTES + 1)  # the file may have grown since
-        _check_config_size(path, len(data))
-        text = data.decode("utf-8")
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: config file not found") from None
-    except (OSError, UnicodeDecodeError) as err:
-        raise ConfigError(f"{path}: cannot read config file: {err}") from None
-    return parse_yaml(text, str(path))
+    """A config file's mapping of sections, unvalidated; a file that `read_regular_file`
+    refuses (a FIFO, a device, one over `MAX_CONFIG_BYTES`...) is a `ConfigError`."""
+    return _read_document(path)[0]
 
 
 def parse_yaml(text: str, source: str = "<config>") -> dict[str, Any]:
-    """A YAML document -> its mapping of sections, unvalidated (a `yaml.SafeLoader`: no tags
-    run), within the limits of the module docstring."""
-    if len(text) > MAX_CONFIG_BYTES or len(text.encode("utf-8", "surrogatepass")) > MAX_CONFIG_BYTES:
-        raise ConfigError(f"{source}: the config is longer than {MAX_CONFIG_BYTES:,} bytes; is it the right file?")
-    try:
-        data = _load_yaml(text)
-    except _RefusedYaml as err:
-        raise ConfigError(f"{source}: {err}") from None
-    except yaml.YAMLError as err:
-        raise ConfigError(f"{source}: {_describe_yaml_error(err)}") from None
-    if data is None:  # an empty file means "all defaults"
-        data = {}
-    if not isinstance(data, dict):
-        sections = ", ".join(Config.model_fields)
-        raise ConfigError(f"{source}: expected a mapping of sections ({sections}), got {_kind(data)}")
-    return data
+    """A YAML document -> its mapping of sections, unvalidated (see `tinytf.plain_yaml`)."""
+    return _parse_document(text, source)[0]
 
 
 def config_from_dict(
     data: Mapping[str, Any], overrides: Iterable[str] = (), source: str = "<dict>", check: Check | None = None
 ) -> Config:
     """Validate plain data shaped like the YAML file into a `Config`, then run `check`."""
-    data = _deep_copy(data)
-    override_sources: dict[tuple[str, ...], str] = {}  # key path -> "--set KEY=VALUE", in the order given
-    for text in overrides:
-        key_path, value = _parse_override(text)
-        _set_dotted(data, key_path, value, text)
-        override_sources[key_path] = f"--set {text}"
-    try:
-        config = Config.model_validate(data)
-    except ValidationError as err:
-        raise ConfigError(_describe_validation_error(err, source, override_sources)) from None
-    if check is not None:
-        try:
-            check(config)
-        except ConfigProblem as problem:
-            locs = [tuple(key.split(".")) for key in problem.keys]
-            blamed = (_blame(loc, str(problem), override_sources) for loc in locs)
-            where = next((where for where in blamed if where), source)
-            raise ConfigError(f"{where}: {problem}") from None
-    return config
+    return _validate(data, overrides, source, check, {})
 
 
 def dump_config(config: Config, task_keys: Collection[str] | None = None) -> str:
@@ -320,113 +276,57 @@ def dump_config(config: Config, task_keys: Collection[str] | None = None) -> str
     return yaml.safe_dump(data, sort_keys=False)
 
 
-# --------------------------------------------------------------------------- bounded YAML
+def _read_document(path: str | Path) -> tuple[dict[str, Any], Lines]:
+    data = read_regular_file(path, MAX_CONFIG_BYTES, "config file", ConfigError)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})") from None
+    return _parse_document(text, str(path))
 
 
-class _RefusedYaml(Exception):
-    """YAML that parses but that a config may not be: too deep, too big once its aliases
-    are expanded, recursive, or with a key given twice. The message says where."""
+def _parse_document(text: str, source: str) -> tuple[dict[str, Any], Lines]:
+    """The document's mapping of sections, and the line of each key in it."""
+    if len(text) > MAX_CONFIG_BYTES or len(text.encode("utf-8", "surrogatepass")) > MAX_CONFIG_BYTES:
+        raise ConfigError(f"{source}: the config is longer than {MAX_CONFIG_BYTES:,} bytes; is it the right file?")
+    try:
+        data, lines = load_yaml(text)
+    except RefusedYaml as err:
+        raise ConfigError(f"{source}: {err}") from None
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{source}: {describe_yaml_error(err)}") from None
+    if data is None:  # an empty file means "all defaults"
+        data = {}
+    if not isinstance(data, dict):
+        sections = ", ".join(Config.model_fields)
+        raise ConfigError(f"{source}: expected a mapping of sections ({sections}), got {_kind(data)}")
+    return data, lines
 
 
-def _check_config_file(path: Path, status: os.stat_result) -> None:
-    mode = status.st_mode
-    if stat.S_ISDIR(mode):
-        raise ConfigError(f"{path}: is a folder, not a config file")
-    if not stat.S_ISREG(mode):
-        kinds = {
-            stat.S_ISFIFO: "a FIFO",
-            stat.S_ISCHR: "a character device",
-            stat.S_ISBLK: "a block device",
-            stat.S_ISSOCK: "a socket",
-        }
-        kind = next((name for test, name in kinds.items() if test(mode)), "not a regular file")
-        raise ConfigError(f"{path}: is {kind}; a config must be a regular file")
-    _check_config_size(path, status.st_size)
-
-
-def _check_config_size(path: Path, size: int) -> None:
-    if size > MAX_CONFIG_BYTES:
-        raise ConfigError(
-            f"{path}: has {size:,} bytes; a config file may have at most {MAX_CONFIG_BYTES:,} (is it the right file?)"
-        )
-
-
-def _load_yaml(text: str) -> Any:
-    """`yaml.safe_load` of a document that `_check_expansion` found bounded, refusing duplicate keys."""
-    _check_expansion(text)
-    return yaml.load(text, Loader=_ConfigLoader)  # a SafeLoader: it runs no tags
-
-
-def _check_expansion(text: str) -> None:
-    """Walk the document's parse events (iteratively: no recursion, nothing built) and
-    refuse it once it nests deeper than MAX_DEPTH, or once its nodes or scalar characters,
-    with every alias expanded, pass MAX_NODES or MAX_CONFIG_BYTES; or if an alias refers
-    to a node that contains it. A few hundred bytes of aliases can otherwise expand to
-    billions of nodes, and a recursive alias builds a structure that never ends."""
-    # One frame per open mapping or list: [anchor, nodes, characters]; a node's totals are
-    # added to its parent's when it ends, and kept under its anchor for aliases to reuse.
-    open_nodes: list[list[Any]] = [[None, 0, 0]]
-    anchored: dict[str, tuple[int, int]] = {}
-    for event in yaml.parse(text, Loader=yaml.SafeLoader):
-        line = event.start_mark.line + 1
-        frame = open_nodes[-1]
-        if isinstance(event, yaml.DocumentStartEvent):
-            anchored.clear()  # anchors are per document
-        elif isinstance(event, yaml.CollectionStartEvent):
-            if len(open_nodes) > MAX_DEPTH:
-                raise _RefusedYaml(f"line {line}: nested deeper than {MAX_DEPTH} levels (a config needs 3)")
-            open_nodes.append([event.anchor, 1, 0])
-        elif isinstance(event, yaml.CollectionEndEvent):
-            anchor, nodes, chars = open_nodes.pop()
-            _add_expansion(open_nodes[-1], nodes, chars, line)
-            if anchor is not None:
-                anchored[anchor] = (nodes, chars)
-        elif isinstance(event, yaml.ScalarEvent):
-            _add_expansion(frame, 1, len(event.value), line)
-            if event.anchor is not None:
-                anchored[event.anchor] = (1, len(event.value))
-        elif isinstance(event, yaml.AliasEvent):
-            if any(node[0] == event.anchor for node in open_nodes):
-                raise _RefusedYaml(f"line {line}: alias *{event.anchor} refers to a node that contains it")
-            _add_expansion(frame, *anchored.get(event.anchor, (1, 0)), line)  # undefined: the loader says so
-
-
-def _add_expansion(frame: list[Any], nodes: int, chars: int, line: int) -> None:
-    frame[1] += nodes
-    frame[2] += chars
-    if frame[1] > MAX_NODES:
-        raise _RefusedYaml(
-            f"line {line}: too big: more than {MAX_NODES:,} keys and values, counting what each alias repeats "
-            f"(a full config has about 50)"
-        )
-    if frame[2] > MAX_CONFIG_BYTES:
-        raise _RefusedYaml(
-            f"line {line}: too big: more than {MAX_CONFIG_BYTES:,} characters of values, "
-            f"counting what each alias repeats"
-        )
-
-
-class _ConfigLoader(yaml.SafeLoader):
-    """`yaml.SafeLoader` (no tags run) that refuses a key given twice in one mapping:
-    YAML would keep the last one and silently drop the first (a second `model:` section
-    would replace the first whole)."""
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        if isinstance(node, yaml.MappingNode):
-            first_lines: dict[Any, int] = {}
-            for key_node, _ in node.value:  # before merge keys (<<) are flattened in: those may be overridden
-                if key_node.tag == "tag:yaml.org,2002:merge":
-                    continue
-                key = self.construct_object(key_node, deep=True)
-                line = key_node.start_mark.line + 1
-                try:
-                    first = first_lines.get(key)
-                except TypeError:  # an unhashable key: the base class explains
-                    continue
-                if first is not None:
-                    raise _RefusedYaml(f"line {line}: duplicate key {_short_repr(key)} (first at line {first})")
-                first_lines[key] = line
-        return super().construct_mapping(node, deep=deep)
+def _validate(
+    data: Mapping[str, Any], overrides: Iterable[str], source: str, check: Check | None, lines: Lines
+) -> Config:
+    """Apply the overrides, validate, run `check`; each error names the `--set` at fault,
+    or `source` and the line of the key in it (`lines`)."""
+    data = _deep_copy(data)
+    override_sources: Sources = {}
+    for text in overrides:
+        key_path, value = _parse_override(text)
+        _set_dotted(data, key_path, value, text)
+        override_sources[key_path] = f"--set {text}"
+    try:
+        config = Config.model_validate(data)
+    except ValidationError as err:
+        messages = [_describe_error(error, source, lines, override_sources) for error in err.errors()]
+        more = f" (and {len(messages) - 1} more: {'; '.join(messages[1:])})" if len(messages) > 1 else ""
+        raise ConfigError(messages[0] + more) from None
+    if check is not None:
+        try:
+            check(config)
+        except ConfigProblem as problem:
+            locs = [tuple(key.split(".")) for key in problem.keys]
+            raise ConfigError(f"{_where(locs, (), source, lines, override_sources)}: {problem}") from None
+    return config
 
 
 # --------------------------------------------------------------------------- overrides
@@ -439,8 +339,8 @@ def _parse_override(text: str) -> tuple[tuple[str, ...], Any]:
     if not sep or not key or any(not part for part in key.split(".")):
         raise ConfigError(f"--set {text}: expected KEY=VALUE with a dotted key, e.g. --set model.d_model=64")
     try:
-        value = _load_yaml(raw) if raw.strip() else None
-    except _RefusedYaml as err:
+        value = load_yaml(raw)[0] if raw.strip() else None
+    except RefusedYaml as err:
         raise ConfigError(f"--set {text}: {err}") from None
     except yaml.YAMLError:
         value = raw  # not YAML: keep the string and let validation judge it
@@ -473,118 +373,47 @@ def _deep_copy(data: Mapping[str, Any]) -> dict[str, Any]:
 # --------------------------------------------------------------------------- error messages
 
 
-def _describe_yaml_error(err: yaml.YAMLError) -> str:
-    mark = getattr(err, "problem_mark", None)
-    problem = getattr(err, "problem", None) or str(err).splitlines()[0]
-    where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
-    return f"{where}invalid YAML: {problem}"
+def _describe_error(error: Any, source: str, lines: Lines, override_sources: Sources) -> str:
+    """One pydantic error: where, the dotted key, and pydantic's own message; or ours for an
+    unknown key (with the allowed keys) and for a section's cross-field check."""
+    loc = tuple(str(part) for part in error["loc"])
+    named: tuple[str, ...] = ()
+    message = error["msg"]
+    if error["type"] == "extra_forbidden":
+        message = _unknown_key_message(loc[:-1], loc[-1])
+    elif error["type"] == "value_error":  # raised by a model_validator of ours
+        problem = error["ctx"]["error"]
+        message, named = str(problem), getattr(problem, "keys", ())
+    return f"{_where([loc], named, source, lines, override_sources)}: {'.'.join(loc) or 'config'}: {message}"
 
 
-def _describe_validation_error(err: ValidationError, source: str, override_sources: dict[tuple[str, ...], str]) -> str:
-    messages = []
-    for error in err.errors():
-        loc = tuple(str(part) for part in error["loc"])
-        message = _describe_one_error(error, loc)
-        where = _blame(loc, message, override_sources) or source
-        messages.append(f"{where}: {message}")
-    if len(messages) == 1:
-        return messages[0]
-    return f"{messages[0]} (and {len(messages) - 1} more: {'; '.join(messages[1:])})"
+def _where(
+    locs: list[tuple[str, ...]], named: tuple[str, ...], source: str, lines: Lines, override_sources: Sources
+) -> str:
+    """Who gave the keys at `locs`: the `--set`(s) at fault (see `_blame`), else `source`
+    and the line of the deepest of them (or of a section above it) that the file has."""
+    blamed = next((who for who in (_blame(loc, named, override_sources) for loc in locs) if who), None)
+    if blamed:
+        return blamed
+    found = max((loc[:n] for loc in locs for n in range(len(loc), 0, -1) if loc[:n] in lines), key=len, default=None)
+    return source if found is None else f"{source}: line {lines[found]}"
 
 
-def _blame(loc: tuple[str, ...], message: str, override_sources: dict[tuple[str, ...], str]) -> str | None:
+def _blame(loc: tuple[str, ...], named: tuple[str, ...], override_sources: Sources) -> str | None:
     """The override(s) at fault for an error at `loc` ("--set ..."), or None for the config file.
 
     The override that set the key at `loc` or one above it (train.betas for train.betas.1).
     Failing that, when `loc` is a section (a cross-field check of the whole section, such
-    as model: d_model % n_heads), the overrides of keys inside it: those whose key the
-    message names, or, if the message names none of the section's keys, the first. If it
-    names only keys that no override set, the file is at fault.
+    as model: d_model % n_heads), the overrides of the keys the check `named`; if it named
+    none, the first override inside the section.
     """
-    exact = _override_at(loc, override_sources)
+    exact = next((override_sources[loc[:n]] for n in range(len(loc), 0, -1) if loc[:n] in override_sources), None)
     if exact is not None or not loc or _section_model(loc) is None:
         return exact
     inside = [key for key in override_sources if len(key) > len(loc) and key[: len(loc)] == loc]
-    if not inside:
-        return None
-    section = re.escape(".".join(loc))
-    named = {
-        key for key in _allowed_keys(loc) if re.search(rf"(?<![\w.])(?:{section}\.)?{re.escape(key)}(?!\w)", message)
-    }
     if not named:
-        return override_sources[inside[0]]
-    blamed = dict.fromkeys(override_sources[key] for key in inside if key[len(loc)] in named)
-    return " ".join(blamed) or None
-
-
-def _override_at(loc: tuple[str, ...], override_sources: dict[tuple[str, ...], str]) -> str | None:
-    """The override that set the key at `loc`, or one above it (train.betas for train.betas.1)."""
-    return next((override_sources[loc[:n]] for n in range(len(loc), 0, -1) if loc[:n] in override_sources), None)
-
-
-def _describe_one_error(error: dict[str, Any], loc: tuple[str, ...]) -> str:
-    dotted = ".".join(loc) or "config"
-    kind = error["type"]
-    if kind == "extra_forbidden":
-        return f"{dotted}: {_unknown_key_message(loc[:-1], loc[-1])}"
-    if kind == "value_error":  # a cross-field check of a whole section
-        message = str(error["ctx"]["error"])
-        return f"{dotted}: {message}" if loc else message
-    if kind == "model_type" or kind == "model_attributes_type":
-        return f"{dotted}: expected a section (a mapping of keys), got {_kind(error['input'])}"
-    value = error["input"]
-    bounds = _int_bounds(loc) if kind in ("int_type", "int_parsing", "int_from_float") else None
-    if bounds is not None:  # say what is allowed, and whether e.g. "1e12" (a string to YAML) is too large
-        low, high = bounds
-        allowed = f"from {low} to {high}" if high is not None else f"of at least {low}"
-        number = _as_number(value)
-        off = "too large" if high is not None and number > high else "too small" if number < low else ""
-        return f"{dotted} = {_short_repr(value)}: input should be an integer {allowed}" + (f" ({off})" if off else "")
-    return f"{dotted} = {_short_repr(value)}: {_lowercase_first(error['msg'])}"
-
-
-def _int_bounds(loc: tuple[str, ...]) -> tuple[int, int | None] | None:
-    """(lowest, highest or None) allowed for the integer key at `loc`, or None if it is not one."""
-    model = _section_model(loc[:-1]) if loc else None
-    field = model.model_fields.get(loc[-1]) if model is not None else None
-    if field is None:
-        return None
-    constraints, types, pending = list(field.metadata), [], [field.annotation]
-    while pending:  # unwrap `X | None` and Annotated[int, ...]
-        annotation = pending.pop()
-        metadata = getattr(annotation, "__metadata__", ())
-        for item in metadata:
-            constraints += [item, *getattr(item, "metadata", ())]  # a Field(...) inside Annotated holds its own
-        if metadata:
-            pending.append(annotation.__origin__)
-        elif annotation is int:
-            types.append(int)
-        else:
-            pending += [arg for arg in getattr(annotation, "__args__", ()) if arg is not type(None)]
-    if int not in types:
-        return None
-    low = max(
-        [c.ge for c in constraints if hasattr(c, "ge")] + [c.gt + 1 for c in constraints if hasattr(c, "gt")],
-        default=None,
-    )
-    high = min((c.le for c in constraints if hasattr(c, "le")), default=None)
-    return None if low is None else (low, high)
-
-
-def _as_number(value: Any) -> float:
-    """A float or a number written as a string ("1e12"), else NaN (which compares false)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float, str)):
-        return math.nan
-    try:
-        return float(value)
-    except (ValueError, OverflowError):
-        return math.nan
-
-
-def _short_repr(value: Any, limit: int = 100) -> str:
-    """repr(value), cut to `limit` characters: a message stays one readable line."""
-    text = repr(value)
-    return text if len(text) <= limit else f"{text[: limit - 3]}..."
+        return override_sources[inside[0]] if inside else None
+    return " ".join(dict.fromkeys(override_sources[key] for key in inside if key[len(loc)] in named)) or None
 
 
 def _unknown_key_message(section_loc: tuple[str, ...], key: str) -> str:
@@ -614,7 +443,3 @@ def _allowed_keys(section_loc: tuple[str, ...]) -> list[str]:
 
 def _kind(value: Any) -> str:
     return {dict: "a mapping", list: "a list", str: "a string"}.get(type(value), type(value).__name__)
-
-
-def _lowercase_first(text: str) -> str:
-    return text[:1].lower() + text[1:]

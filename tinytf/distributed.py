@@ -23,6 +23,10 @@ The job trains one model as one process would, `train.batch_size` being the glob
 Collectives go through gloo, on the CPU; on CUDA the gradients go through NCCL. A process
 that crashes closes its connections, so the others' next collective fails at once:
 they raise `JobFailed`, and torchrun stops whatever is left.
+
+Each process takes OMP_NUM_THREADS threads when the variable is set (torchrun sets 1 for
+each of several processes per machine unless the user set it), else the machine's cores
+shared out among its processes.
 """
 
 from __future__ import annotations
@@ -31,18 +35,17 @@ import contextlib
 import datetime as dt
 import importlib
 import os
-import re
 import signal
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, fields
-from pathlib import Path
 from typing import Any, TypeVar
 
 import torch
 import torch.distributed as dist
 from torch import nn
 
-from tinytf.errors import ConfigError, UserError, first_line
+from tinytf.device import select_device
+from tinytf.errors import ConfigError, UserError
 from tinytf.evaluate import Correct, scored_loss
 from tinytf.framing import IGNORE, Batch
 
@@ -148,6 +151,7 @@ class TorchrunJob:
     def __init__(self, launch: Launch, requested_device: str) -> None:
         self.rank, self.world_size, self.local_rank = launch.rank, launch.world_size, launch.local_rank
         self.is_main = self.rank == 0
+        self.collective_failed = False  # see `_collective`
         self.device = self._agree_on_device(requested_device)
         # Gradients: NCCL between GPUs; everything else (and everything on CPUs): the default gloo group.
         self.gradient_group = None
@@ -160,7 +164,7 @@ class TorchrunJob:
         process: `auto` trains on GPUs only if every process has one."""
         problem = None
         try:
-            device = process_device(requested, self.local_rank)
+            device = select_device(requested, self.local_rank)
         except UserError as err:
             device, problem = torch.device("cpu"), str(err)
         kinds = self.gather((device.type, problem))
@@ -198,7 +202,7 @@ class TorchrunJob:
             process_group=self.gradient_group,
             forward_sync_buffers=False,  # the model has no buffers that change
         )
-        wrapped.register_comm_hook(self.gradient_group, _sum_gradients)
+        wrapped.register_comm_hook(self, _sum_gradients)
         return wrapped
 
     def shard(self, batch: Batch) -> Batch:
@@ -223,27 +227,27 @@ class TorchrunJob:
     def sum(self, value: torch.Tensor) -> torch.Tensor:
         """`value` summed over the processes (the same on every process)."""
         total = value.detach().to("cpu", copy=True)  # gloo reduces on the CPU
-        with self.noticing_failures():
+        with self.noticing_failures(), self._collective():
             dist.all_reduce(total)
         return total.to(value.device)
 
     def total(self, correct: Correct) -> Correct:
         counts = torch.tensor([correct.tokens, correct.scored, correct.sequences, correct.rows])
-        with self.noticing_failures():
+        with self.noticing_failures(), self._collective():
             dist.all_reduce(counts)
         return Correct(*counts.tolist())
 
     def any(self, flag: bool) -> bool:
         """True on every process if `flag` is True on any."""
         raised = torch.tensor([int(flag)])
-        with self.noticing_failures():
+        with self.noticing_failures(), self._collective():
             dist.all_reduce(raised, op=dist.ReduceOp.MAX)
         return bool(raised.item())
 
     def from_main(self, value: T) -> T:
         """Rank 0's `value`, on every process."""
         box = [value if self.is_main else None]
-        with self.noticing_failures():
+        with self.noticing_failures(), self._collective():
             dist.broadcast_object_list(box, src=0)
         return box[0]
 
@@ -264,42 +268,58 @@ class TorchrunJob:
     def gather(self, value: T) -> list[T]:
         """Every process's `value`, in rank order, on every process."""
         values: list[Any] = [None] * self.world_size
-        with self.noticing_failures():
+        with self.noticing_failures(), self._collective():
             dist.all_gather_object(values, value)
         return values
 
     @contextlib.contextmanager
     def noticing_failures(self) -> Iterator[None]:
-        """Within the block, a collective that fails because another process is gone (gloo:
-        its connection closed or timed out; NCCL: a backend error) raises `JobFailed`. From
-        then on this process ignores SIGTERM: torchrun sends it while it tears the job down,
-        and it would cut short the error message on the way out."""
+        """Within the block, an error that a collective raised because another process is gone
+        (or hangs) becomes `JobFailed`: a `DistError` (NCCL's), or any `RuntimeError` once a
+        collective of this job has failed (gloo's). From then on this process ignores SIGTERM:
+        torchrun sends it while it tears the job down, and it would cut short the error
+        message on the way out."""
         try:
             yield
-        except Exception as err:
-            if not (isinstance(err, dist.DistError) or (isinstance(err, RuntimeError) and "gloo" in str(err))):
+        except RuntimeError as err:
+            if not (isinstance(err, dist.DistError) or self.collective_failed):
                 raise
             with contextlib.suppress(ValueError):  # (only the main thread may set handlers)
                 signal.signal(signal.SIGTERM, signal.SIG_IGN)
-            # From "...: [/.../gloo/.../pair.cc:553] Connection closed by peer [ADDRESS]. This is ...":
-            # the words after gloo's source location, to the end of the sentence.
-            reason = re.sub(r"^.*?\[[^\]]*\.(?:cc|cpp|h|hpp):\d+\]\s*", "", first_line(err)).split(". ")[0]
+            minutes = int(COLLECTIVE_TIMEOUT.total_seconds() // 60)
             raise JobFailed(
                 f"process {self.rank} of {self.world_size} stops: another process of this torchrun job "
-                f"stopped ({reason}); its own error, if any, is above"
+                f"stopped, or has not answered for {minutes} minutes; its own error, if any, is above"
             ) from None
+
+    @contextlib.contextmanager
+    def _collective(self) -> Iterator[None]:
+        """Around collectives alone: an error raised there is the job's, not this process's
+        own. gloo reports a closed connection or a timeout as a plain `RuntimeError` (as any
+        tensor error is), so the failure is known by where it rose: this marks the job broken."""
+        try:
+            yield
+        except RuntimeError:  # DistError too: it is one
+            self.collective_failed = True
+            raise
+
+    def _summed(self, future: torch.futures.Future) -> torch.Tensor:
+        """The all-reduced bucket of `_sum_gradients` (run by the backend's thread)."""
+        with self._collective():
+            return future.value()[0]
 
 
 Job = OneProcess | TorchrunJob
 
 
-def _sum_gradients(group, bucket):  # (dist.ProcessGroup | None, dist.GradBucket) -> Future[Tensor]
+def _sum_gradients(job, bucket):  # (TorchrunJob, dist.GradBucket) -> Future[Tensor]
     """DDP's communication hook: a bucket of gradients summed over the processes (DDP's
     default hook averages them, which would divide the batch's gradient by their number).
     Unannotated: DDP compares the annotations with the real classes, and this module's
     are strings (`from __future__ import annotations`)."""
-    work = dist.all_reduce(bucket.buffer(), group=group, async_op=True)
-    return work.get_future().then(lambda future: future.value()[0])
+    with job._collective():
+        work = dist.all_reduce(bucket.buffer(), group=job.gradient_group, async_op=True)
+    return work.get_future().then(job._summed)
 
 
 @contextlib.contextmanager
@@ -329,7 +349,7 @@ def join_job(requested_device: str) -> Iterator[Job]:
         # Leave together. A process that tore its group down while another still held its
         # connections aborted now and then in C++ ("terminate called without an active
         # exception"): 3 of 22 two-process jobs here, 0 of 50 with this barrier.
-        with job.noticing_failures():
+        with job.noticing_failures(), job._collective():
             dist.barrier()
     finally:
         if job is not None:
@@ -338,40 +358,12 @@ def join_job(requested_device: str) -> Iterator[Job]:
             dist.destroy_process_group()
 
 
-def process_device(requested: str, local_rank: int) -> torch.device:
-    """train.device for the process LOCAL_RANK of a machine: cuda:LOCAL_RANK or cpu."""
-    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    if requested == "mps":
-        raise UserError("train.device=mps: training with torchrun runs on cpu or cuda")
-    if requested == "cpu" or (requested == "auto" and local_rank >= gpus):
-        return torch.device("cpu")
-    if local_rank >= gpus:
-        raise UserError(
-            f"train.device=cuda: process {local_rank} of this machine has no GPU of its own ({gpus} "
-            f"here); start at most {gpus} processes per machine, or use train.device=cpu"
-        )
-    return torch.device("cuda", local_rank)
-
-
 def threads_per_process(local_world_size: int) -> int:
     """Intra-op threads of each of the `local_world_size` processes on this machine:
-    OMP_NUM_THREADS if the user set it, else the machine's cores shared out evenly."""
-    chosen = user_threads()
-    if chosen is not None:
-        return chosen
+    OMP_NUM_THREADS when it is set (by the user, or by torchrun: 1 for each of several
+    processes), else the machine's cores shared out evenly."""
+    value = os.environ.get("OMP_NUM_THREADS", "")
+    if value.isdigit() and int(value) >= 1:
+        return int(value)
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     return max(1, cores // local_world_size)
-
-
-def user_threads() -> int | None:
-    """OMP_NUM_THREADS as the user gave it to torchrun, or None. When the user sets none,
-    torchrun gives its processes OMP_NUM_THREADS=1, so a process's own environment cannot
-    tell; the launcher's environment as it was started (Linux: /proc/PPID/environ) can."""
-    value = os.environ.get("OMP_NUM_THREADS", "")
-    if not value.isdigit() or int(value) < 1:
-        return None
-    try:
-        launcher = Path(f"/proc/{os.getppid()}/environ").read_bytes().split(b"\0")
-    except OSError:  # not Linux, or a launcher we may not read (init, another user's): take it as the user's
-        return int(value)
-    return int(value) if any(entry.startswith(b"OMP_NUM_THREADS=") for entry in launcher) else None

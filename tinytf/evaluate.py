@@ -28,7 +28,6 @@ from torch import nn
 
 from tinytf.errors import UserError
 from tinytf.framing import IGNORE, Framing, Progress, eval_mode
-from tinytf.model.attention import pad_short_rows
 from tinytf.model.hooks import Hook
 from tinytf.tasks.base import Pairs
 
@@ -36,11 +35,6 @@ from tinytf.tasks.base import Pairs
 def scored_loss(logits: torch.Tensor, labels: torch.Tensor, reduction: str = "mean") -> torch.Tensor:
     """Cross-entropy over positions whose label is not IGNORE, their mean (or `reduction="sum"`).
     logits (B, T, V), labels (B, T)."""
-    # The toy tasks' vocabularies are 10-15 tokens: on a CPU, classes of probability 0 pad
-    # each row to 16, where the (log-)softmax is fast (see attention.softmax_over_keys).
-    padded = pad_short_rows(logits)  # (B, T, V) -> (B, T, 16) on a CPU when V < 16
-    if padded is not logits and (labels.numel() == 0 or bool(labels.max() < logits.size(-1))):
-        logits = padded  # (unpadded, a label out of range gets cross_entropy's own error)
     return F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=IGNORE, reduction=reduction)
 
 

@@ -19,7 +19,6 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from tinytf.config import Config, ConfigProblem, config_from_dict, dump_config, read_config, read_yaml
-from tinytf.errors import ConfigError
 from tinytf.files import write_text_atomically
 from tinytf.framing import FRAMINGS, Framing, get_framing
 from tinytf.tasks import TASKS, Task
@@ -42,16 +41,8 @@ def load_config(path: str | Path, overrides: Iterable[str] = ()) -> Config:
 def load_run_config(path: str | Path, overrides: Iterable[str] = (), *, data: bool = True) -> Config:
     """A run folder's saved config.yaml (see `load_config`), with `overrides` for
     continuing it: those may change how it trains (train.*, log.*), never what it is
-    (see `check_unchanged`). Task keys that the task does not use, which tinytf 0.1
-    wrote into every run's config, are dropped first. `data`: see `check_config`."""
+    (see `check_unchanged`). `data`: see `check_config`."""
     content = read_yaml(path)
-    try:
-        saved = config_from_dict(content)
-        if isinstance(content.get("task"), dict) and saved.task.name in TASKS:
-            used = used_task_keys(saved)
-            content["task"] = {key: value for key, value in content["task"].items() if key in used}
-    except ConfigError:
-        pass  # the saved file itself is broken: the checked load below says how
     saved = config_from_dict(content, (), str(path), check=lambda c: check_config(c, data=data))
     if not overrides:
         return saved

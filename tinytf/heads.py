@@ -46,6 +46,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+from tinytf.attend import attention_sides
 from tinytf.errors import UserError
 from tinytf.evaluate import evaluate
 from tinytf.framing import Batch, Framing, eval_mode
@@ -89,6 +90,7 @@ class HeadReport:
     ablate: str | None = None  # "zero" or "mean" when heads were ablated
     intact: dict[str, float] | None = None  # the metrics without ablation
     meta: dict[str, object] = field(default_factory=dict)  # where it comes from (run, checkpoint, text)
+    note: str | None = None  # set when a typed input's length is outside what the model was trained on
 
     def to_dict(self) -> dict:
         return {
@@ -188,7 +190,8 @@ def head_scores(
 ) -> HeadReport:
     """Score every head of every attention on `pairs` (held-out examples, framed as in
     training) or on one typed `text` (framed as `attend` does, after the model's greedy
-    answer). `ablate` ("zero" or "mean", needs `pairs`) also scores the model with each head
+    answer; `report.note` says if its length was never trained on). `ablate` ("zero" or
+    "mean", needs `pairs`: a `UserError` with `text`) also scores the model with each head
     ablated, and sorts the heads by how much the loss grows. `hooks` ({name: fn}, see
     `Transformer.run_with_hooks`) apply to every pass that is scored or evaluated, e.g. to
     score heads with another head knocked out (a typed input's answer is generated without them)."""
@@ -201,11 +204,7 @@ def head_scores(
     if pairs is not None and len(pairs) == 0:
         raise ValueError("head_scores: `pairs` holds no examples")
     examples = _typed_examples(model, framing, text) if text is not None else _held_out_examples(framing, pairs)
-    task_patterns = list(framing.task.alignment_patterns)
-    sums: dict[tuple[str, str], torch.Tensor] = defaultdict(lambda: 0)  # (map, pattern) -> (H,) summed scores
-    counts: dict[tuple[str, str], int] = defaultdict(int)
-    entropy_sums: dict[str, torch.Tensor] = defaultdict(lambda: 0)
-    n_inputs = 0
+    totals = _Totals()
     for batch, group in examples:
         with eval_mode(model), torch.no_grad():
             _, cache = model.run_with_cache(
@@ -213,34 +212,53 @@ def head_scores(
             )
         cache = {name: weights.float().cpu() for name, weights in cache.items()}  # one copy a batch, not one an input
         for example in group:
-            n_inputs += 1
-            for attention_name, (weights, query_ids, key_ids) in _maps(cache, example).items():
-                patterns = _patterns(framing, example, attention_name, query_ids, key_ids)
-                for name, mask in patterns.items():
-                    score = pattern_mass(weights, mask)
-                    if score is not None:
-                        sums[attention_name, name] = sums[attention_name, name] + score
-                        counts[attention_name, name] += 1
-                entropy_sums[attention_name] = entropy_sums[attention_name] + row_entropy(weights)
-
-    heads = []
-    for attention_name in entropy_sums:
-        stack, layer, kind = attention_name.split(".")
-        entropy = entropy_sums[attention_name] / n_inputs
-        for h in range(entropy.numel()):
-            scores = {
-                pattern: (
-                    float(sums[attention_name, pattern][h] / counts[attention_name, pattern])
-                    if counts[attention_name, pattern]
-                    else None
-                )
-                for pattern in (*GENERIC_PATTERNS, *task_patterns)
-            }
-            heads.append(HeadScore(stack, int(layer), kind, h, scores, float(entropy[h])))
-    report = HeadReport(n_inputs, [*GENERIC_PATTERNS, *task_patterns], heads)
+            totals.add(framing, example, _maps(cache, example))
+    patterns = [*GENERIC_PATTERNS, *framing.task.alignment_patterns]
+    report = HeadReport(totals.inputs, patterns, totals.heads(patterns))
+    if text is not None:
+        report.note = framing.length_note(framing.typed_input(text, model.config.max_len))
     if ablate is not None:
         _ablate_each(model, framing, pairs, report, ablate, dict(hooks or {}))
     return report
+
+
+class _Totals:
+    """Each attention's pattern scores and entropies summed over the inputs, and how many."""
+
+    def __init__(self) -> None:
+        self.sums: dict[tuple[str, str], torch.Tensor] = defaultdict(lambda: 0)  # (attention, pattern) -> (H,)
+        self.counts: dict[tuple[str, str], int] = defaultdict(int)  # inputs where the pattern applied
+        self.entropy_sums: dict[str, torch.Tensor] = defaultdict(lambda: 0)  # attention -> (H,)
+        self.inputs = 0
+
+    def add(self, framing: Framing, example: _Example, maps: dict[str, tuple[torch.Tensor, ...]]) -> None:
+        """One input's maps, from `_maps`."""
+        self.inputs += 1
+        for attention_name, (weights, query_ids, key_ids) in maps.items():
+            for name, mask in _patterns(framing, example, attention_name, query_ids, key_ids).items():
+                score = pattern_mass(weights, mask)
+                if score is not None:
+                    self.sums[attention_name, name] = self.sums[attention_name, name] + score
+                    self.counts[attention_name, name] += 1
+            self.entropy_sums[attention_name] = self.entropy_sums[attention_name] + row_entropy(weights)
+
+    def heads(self, patterns: list[str]) -> list[HeadScore]:
+        """Each head's mean score per pattern (None where the pattern never applied) and entropy."""
+        heads = []
+        for attention_name, entropy_sum in self.entropy_sums.items():
+            stack, layer, kind = attention_name.split(".")
+            entropy = entropy_sum / self.inputs
+            for h in range(entropy.numel()):
+                scores = {
+                    pattern: (
+                        float(self.sums[attention_name, pattern][h] / self.counts[attention_name, pattern])
+                        if self.counts[attention_name, pattern]
+                        else None
+                    )
+                    for pattern in patterns
+                }
+                heads.append(HeadScore(stack, int(layer), kind, h, scores, float(entropy[h])))
+        return heads
 
 
 def _patterns(
@@ -294,20 +312,9 @@ def _maps(
     found = {}
     for name, weights in cache.items():
         attention_name = name.removesuffix(".pattern")
-        query_ids, key_ids = _sides(attention_name, tokens, source)
+        query_ids, key_ids = attention_sides(attention_name, tokens, source)
         found[attention_name] = (weights[row, :, : len(query_ids), : len(key_ids)], query_ids, key_ids)
     return found
-
-
-def _sides(attention_name: str, tokens: torch.Tensor, source: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
-    """The ids an attention's queries and keys read: an encoder-decoder's encoder reads the
-    source, its cross-attention asks from the tokens into the source; the rest is tokens."""
-    stack, _, kind = attention_name.split(".")
-    if source is not None and stack == "encoder":
-        return source, source
-    if kind == "cross":
-        return tokens, source
-    return tokens, tokens
 
 
 # ---- ablation
@@ -366,9 +373,7 @@ def _mean_head_outputs(
             )
         for name, z in cache.items():  # z: (B, H, T_q, D_h)
             attention_name = name.removesuffix(".z")
-            query_side = (
-                batch.source if attention_name.startswith("encoder") and batch.source is not None else batch.tokens
-            )
+            query_side, _ = attention_sides(attention_name, batch.tokens, batch.source)
             real = (query_side != PAD_ID).to(z.device)  # (B, T_q)
             sums[attention_name] = sums[attention_name] + (z * real[:, None, :, None]).sum(dim=(0, 2))  # (H, D_h)
             counts[attention_name] += int(real.sum())
@@ -405,3 +410,14 @@ def render_table(report: HeadReport) -> str:
         return "  ".join(padded)
 
     return "\n".join(line(cells) for cells in (header, *rows))
+
+
+def render_text(report: HeadReport) -> str:
+    """`render_table`, after a line with the intact model's metrics when heads were ablated."""
+    if report.intact is None:
+        return render_table(report)
+    intact = report.intact
+    return (
+        f"intact: loss {intact['loss']:.3f}, token_acc {intact['token_acc']:.3f}, seq_acc {intact['seq_acc']:.3f}; "
+        f"each head {report.ablate}-ablated in turn, the most harmful first\n{render_table(report)}"
+    )

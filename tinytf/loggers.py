@@ -6,19 +6,52 @@ subclasses it and overrides only those. Implementations: `MetricsFileLogger`
 (metrics.jsonl), `TensorBoardLogger` (scalars, attention images, head scores, text
 samples, hparams), `ProgressBarLogger` (a tqdm bar on the terminal, used by the CLI) and
 `RecordingLogger` (keeps every report in a list: for tests and notebooks).
+`attention_samples` and `predictions_markdown` choose what the trainer reports of the
+held-out set.
 """
 
 from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
+    from torch import nn
+
     from tinytf.attend import AttentionReport
     from tinytf.config import Config
+    from tinytf.data import TaskData
+    from tinytf.framing import Framing
     from tinytf.heads import HeadReport
+
+N_ATTENTION_SAMPLES = 2  # inputs whose attention maps are logged (the task's showcase first)
+N_TEXT_SAMPLES = 4  # held-out examples whose predictions are logged as text
+
+
+def attention_samples(framing: Framing, data: TaskData) -> Iterator[tuple[str, str, str | None]]:
+    """(tag, input text, target text or None) of the fixed inputs whose attention maps are logged."""
+    showcase = framing.task.showcase
+    if showcase is not None:
+        yield "showcase", showcase, None
+    for i in range(min(N_ATTENTION_SAMPLES - (showcase is not None), len(data.held_out))):
+        yield f"sample{i}", *framing.typed_example(data.held_out, i)
+
+
+def predictions_markdown(model: nn.Module, framing: Framing, data: TaskData) -> str:
+    """A table of held-out inputs, targets and the model's answers ("" for language models)."""
+    if not framing.answers_questions:
+        return ""
+    examples = data.held_out[: min(N_TEXT_SAMPLES, len(data.held_out))]
+    render = framing.task.render
+    rows = ["| input | target | prediction |", "|---|---|---|"]
+    for i, answer in enumerate(framing.answers(model, examples)):
+        source, target = examples.example(i)
+        mark = "" if answer == target else " ✗"
+        rows.append(f"| {render(source)} | {render(target)} | {render(answer)}{mark} |")
+    return "\n".join(rows)
 
 
 class Logger(Protocol):

@@ -7,11 +7,12 @@
         checkpoints/best.pt    the state with the best validation score so far
         metrics.jsonl          one JSON object per logged point
         events.out.tfevents.*  TensorBoard scalars, attention maps, samples
+        train.lock             the training lock (empty; locked only while a process trains)
 
 A new run never reuses a folder: creation is atomic and a name already taken gets a
 numeric suffix. A run is trained by one process at a time: training holds an OS lock
-on the folder (released by the system if the process dies) and writes its PID to
-`train.pid`, so a second trainer is refused with that number.
+on `train.lock` (filelock; released by the system if the process dies) and writes its
+PID to `train.pid`, so a second trainer is refused with that number.
 """
 
 from __future__ import annotations
@@ -24,12 +25,13 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import filelock
 import torch
 
 from tinytf.checkpoint import CheckpointError, load_checkpoint
 from tinytf.config import Config
-from tinytf.errors import UserError, first_line
-from tinytf.experiment import load_run_config
+from tinytf.errors import ConfigError, UserError, first_line
+from tinytf.experiment import check_unchanged, load_run_config, save_config
 from tinytf.files import write_text_atomically
 from tinytf.framing import Framing, get_framing
 from tinytf.model import Transformer, build_model
@@ -41,14 +43,65 @@ VOCAB_FILE = "vocab.json"
 CHECKPOINTS = "checkpoints"
 METRICS_FILE = "metrics.jsonl"
 PID_FILE = "train.pid"
+LOCK_FILE = "train.lock"  # kept between trainings; the OS lock on it lasts as long as its holder
 DATA_FINGERPRINT_FILE = "data.sha256"  # tasks that read a file: its hash when the run was trained
+
+
+def open_for_resume(run_dir: Path, config: Config, lock: contextlib.ExitStack) -> tuple[dict, Vocabulary]:
+    """The run's last state and vocabulary, once `config` is known to continue it. The run
+    is locked (on `lock`) before anything is read, so no other trainer writes meanwhile;
+    everything is checked before anything is written: a refused resume changes nothing."""
+    lock.enter_context(exclusive_training(run_dir))
+    check_unchanged(load_run_config(run_dir / CONFIG_FILE), config)
+    check_data(run_dir, get_task(config.task))
+    state = load_checkpoint(checkpoint_path(run_dir, "last"))
+    if config.train.steps < state["step"]:
+        raise ConfigError(
+            f"train.steps={config.train.steps}: this run has trained {state['step']} steps "
+            f"already; resume with train.steps of at least {state['step']}"
+        )
+    return state, Vocabulary.load(run_dir / VOCAB_FILE)
+
+
+def prepare_run_dir(
+    config: Config,
+    task: Task,
+    step: int,
+    resume: Path | None,
+    runs_dir: str | Path,
+    name: str,
+    lock: contextlib.ExitStack,
+) -> Path:
+    """The run folder, locked (on `lock`) and claimed, with its config and vocabulary: a new
+    one, made only now that the config and the task's data have proven usable, or the
+    resumed one, tidied up to its last checkpoint at `step`."""
+    if resume is not None:
+        run_dir = resume
+        tidy_for_resume(run_dir, step)
+    else:
+        run_dir = create_run_dir(runs_dir, name)
+        lock.enter_context(exclusive_training(run_dir))
+        task.vocab.save(run_dir / VOCAB_FILE)
+        record_data(run_dir, task)
+    claim(run_dir)
+    lock.callback((run_dir / PID_FILE).unlink, missing_ok=True)
+    save_config(config, run_dir / CONFIG_FILE)  # after a resume: the config it continues with
+    return run_dir
+
+
+def check_run_name(name: str, runs_dir: str | Path) -> None:
+    """A `UserError` unless `name` is one plain folder name, so that the run stays inside `runs_dir`."""
+    if not name or name.startswith(".") or any(char in name for char in "/\\\0"):
+        raise UserError(
+            f"--name {name!r}: a run name is one folder name, without '/', '\\' or a leading '.' "
+            f"(the run goes inside {runs_dir})"
+        )
 
 
 def create_run_dir(runs_dir: str | Path, name: str) -> Path:
     """Make a fresh, empty run folder `<runs_dir>/<name>-<timestamp>[-N]`."""
     runs_dir = Path(runs_dir)
-    if not name or Path(name).name != name or name.startswith(".") or "\\" in name:
-        raise UserError(f"run name {name!r}: one folder name, without '/' or a leading '.' (it goes inside {runs_dir})")
+    check_run_name(name, runs_dir)
     stem = f"{name}-{dt.datetime.now().strftime('%Y%m%d-%H%M%S')}"
     try:
         runs_dir.mkdir(parents=True, exist_ok=True)
@@ -68,24 +121,19 @@ def create_run_dir(runs_dir: str | Path, name: str) -> Path:
 @contextlib.contextmanager
 def exclusive_training(run_dir: Path) -> Iterator[None]:
     """Hold the run's training lock while the block runs; a `UserError` naming the
-    process that holds it if another one does. The lock is the OS's (flock on the
-    folder): a killed trainer leaves no stale lock behind."""
+    process that holds it if another one does. The lock is the OS's, on `train.lock`
+    (made if missing): a killed trainer leaves no stale lock behind."""
+    lock = filelock.FileLock(Path(run_dir) / LOCK_FILE, timeout=0)  # timeout=0: try once, never wait
     try:
-        import fcntl
-    except ImportError:  # not POSIX (Windows): train without the lock
-        yield
-        return
-    descriptor = os.open(run_dir, os.O_RDONLY)
+        lock.acquire()
+    except filelock.Timeout:
+        pid_file = Path(run_dir) / PID_FILE
+        pid = pid_file.read_text().strip() if pid_file.is_file() else "unknown"
+        raise UserError(f"{run_dir} is being trained by process {pid}; wait for it or stop it first") from None
     try:
-        try:
-            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            pid_file = Path(run_dir) / PID_FILE
-            pid = pid_file.read_text().strip() if pid_file.is_file() else "unknown"
-            raise UserError(f"{run_dir} is being trained by process {pid}; wait for it or stop it first") from None
         yield
     finally:
-        os.close(descriptor)  # releases the lock
+        lock.release()
 
 
 def claim(run_dir: Path) -> None:

@@ -6,8 +6,8 @@ were made; `train(config, ...)` assembles them from a config and a run folder.
     result.run_dir, result.best
 
 One step: a batch from the task's stream -> forward -> cross-entropy on the answer ->
-backward -> gradient clipping -> AdamW (or Muon: optim.py) -> learning-rate schedule
-(linear warm-up, then cosine decay to a tenth of `train.lr` at `train.decay_steps`, by
+backward -> gradient clipping -> AdamW (or Muon) at the step's learning rate (optim.py:
+linear warm-up, then cosine decay to a tenth of `train.lr` at `train.decay_steps`, by
 default `train.steps`). Every `train.eval_every` steps the held-out set is scored; the
 best score so far is kept as checkpoints/best.pt, the latest state as
 checkpoints/last.pt every `train.checkpoint_every` steps and at the end. Predictions,
@@ -17,7 +17,7 @@ held-out inputs: logging never changes the training run.
 Ctrl-C (SIGINT) asks the loop to stop at the end of the current step; it saves
 last.pt and returns with `interrupted=True`. A second Ctrl-C stops at once.
 `train(config, resume=run_dir)` continues exactly where last.pt left off: same
-weights, optimizer moments, schedule, random streams and step. The optimizer's settings
+weights, optimizer moments, random streams and step (the schedule follows from the step). The optimizer's settings
 (train.lr, betas, weight decay) are the resumed config's, so `--set train.lr=...` applies.
 
 Under torchrun (`torchrun --nproc-per-node N -m tinytf train CONFIG`) every process runs
@@ -30,7 +30,6 @@ process and each of its methods the identity.
 from __future__ import annotations
 
 import contextlib
-import math
 import signal
 import threading
 import time
@@ -42,36 +41,34 @@ import torch
 from torch import nn
 
 from tinytf.attend import attention_report
-from tinytf.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
+from tinytf.checkpoint import (
+    CheckpointError,
+    load_optimizer_state,
+    save_checkpoint,
+    training_state_problem,
+)
 from tinytf.config import Config, LogConfig, TrainConfig
 from tinytf.data import TaskData
+from tinytf.device import select_device, step_autocast, step_precision
 from tinytf.distributed import Job, OneProcess, join_job
-from tinytf.errors import ConfigError, UserError, first_line
+from tinytf.errors import UserError, first_line
 from tinytf.evaluate import Correct, evaluate
-from tinytf.experiment import check_config, check_unchanged, load_run_config, save_config
+from tinytf.experiment import check_config
 from tinytf.framing import Framing, get_framing
 from tinytf.heads import head_scores
-from tinytf.loggers import Logger, MetricsFileLogger, TensorBoardLogger
-from tinytf.model import build_model
-from tinytf.optim import make_optimizer
-from tinytf.runs import (
-    CONFIG_FILE,
-    METRICS_FILE,
-    PID_FILE,
-    VOCAB_FILE,
-    check_data,
-    checkpoint_path,
-    claim,
-    create_run_dir,
-    exclusive_training,
-    record_data,
-    tidy_for_resume,
+from tinytf.loggers import (
+    Logger,
+    MetricsFileLogger,
+    TensorBoardLogger,
+    attention_samples,
+    predictions_markdown,
 )
+from tinytf.model import build_model
+from tinytf.optim import learning_rate, make_optimizer, set_learning_rate
+from tinytf.runs import METRICS_FILE, checkpoint_path, open_for_resume, prepare_run_dir
 from tinytf.tasks import get_task
 from tinytf.tasks.vocab import Vocabulary
 
-N_ATTENTION_SAMPLES = 2  # inputs whose attention maps are logged (the task's showcase first)
-N_TEXT_SAMPLES = 4  # held-out examples whose predictions are logged as text
 # Held-out examples (the first ones: the same at every log) every head is scored on, with
 # log.head_scores. Enough for scores steady to about +-0.02; cheap next to the steps between
 # two logs.
@@ -85,29 +82,6 @@ class TrainResult:
     interrupted: bool
     final: dict[str, float]  # the last validation metrics
     best: dict[str, float]  # the validation metrics of the best checkpoint
-
-
-def select_device(requested: str) -> torch.device:
-    """ "auto" -> cuda, then mps, then cpu; anything else must be available."""
-    if requested == "auto":
-        if torch.cuda.is_available():
-            return torch.device("cuda")
-        if torch.backends.mps.is_available():
-            return torch.device("mps")
-        return torch.device("cpu")
-    available = {"cpu": True, "cuda": torch.cuda.is_available(), "mps": torch.backends.mps.is_available()}
-    if not available[requested]:
-        raise UserError(f"train.device={requested}: no {requested} device here; use auto or cpu")
-    return torch.device(requested)
-
-
-def learning_rate_factor(step: int, warmup_steps: int, decay_steps: int) -> float:
-    """Multiplier of train.lr at `step`: linear warm-up to 1, then cosine decay to 0.1
-    at step `decay_steps`, then 0.1."""
-    if step < warmup_steps:
-        return (step + 1) / warmup_steps
-    progress = (step - warmup_steps) / max(decay_steps - warmup_steps, 1)
-    return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(progress, 1.0)))
 
 
 def train(
@@ -128,36 +102,21 @@ def train(
     check_config(config)
     resume = Path(resume) if resume is not None else None
     if resume is None and config.task.path is not None:  # the run keeps working from any folder
-        config = config.model_copy(update={"task": config.task.model_copy(update={"path": _absolute(config)})})
+        absolute = str(Path(config.task.path).resolve())
+        config = config.model_copy(update={"task": config.task.model_copy(update={"path": absolute})})
     with join_job(config.train.device) as job, contextlib.ExitStack() as lock:  # lock: rank 0's, on the run
         state, vocab = None, None
         if resume is not None:  # rank 0 checks the run and reads its state; a problem is every process's error
-            state, vocab = job.on_main(lambda: _open_for_resume(resume, config, lock))
+            state, vocab = job.on_main(lambda: open_for_resume(resume, config, lock))
         trainer = _assemble(config, vocab, loggers if job.is_main else (), job)
         if state is not None:
             trainer.load_state_dict(state)
-        trainer.run_dir = job.on_main(lambda: _prepare_run_dir(trainer, config, resume, runs_dir, name, lock))
+        task, step = trainer.framing.task, trainer.step
+        trainer.run_dir = job.on_main(lambda: prepare_run_dir(config, task, step, resume, runs_dir, name, lock))
+        if job.is_main:  # the run folder's own reports
+            run_dir = trainer.run_dir
+            trainer.loggers[:0] = [MetricsFileLogger(run_dir / METRICS_FILE), TensorBoardLogger(run_dir, config)]
         return trainer.run()
-
-
-def _absolute(config: Config) -> str:
-    return str(Path(config.task.path).resolve())
-
-
-def _open_for_resume(run_dir: Path, config: Config, lock: contextlib.ExitStack) -> tuple[dict, Vocabulary]:
-    """The run's last state and vocabulary, once `config` is known to continue it. The run
-    is locked before anything is read, so no other trainer writes meanwhile; everything is
-    checked before anything is written: a refused resume changes nothing."""
-    lock.enter_context(exclusive_training(run_dir))
-    check_unchanged(load_run_config(run_dir / CONFIG_FILE), config)
-    check_data(run_dir, get_task(config.task))
-    state = load_checkpoint(checkpoint_path(run_dir, "last"))
-    if config.train.steps < state["step"]:
-        raise ConfigError(
-            f"train.steps={config.train.steps}: this run has trained {state['step']} steps "
-            f"already; resume with train.steps of at least {state['step']}"
-        )
-    return state, Vocabulary.load(run_dir / VOCAB_FILE)
 
 
 def _assemble(config: Config, vocab: Vocabulary | None, loggers: Sequence[Logger], job: Job) -> Trainer:
@@ -174,28 +133,6 @@ def _assemble(config: Config, vocab: Vocabulary | None, loggers: Sequence[Logger
     job.own_random_stream(config.seed)
     framing = get_framing(task, config.model.arch)
     return Trainer(model, framing, data, config.train, config.log, loggers, device=device, job=job)
-
-
-def _prepare_run_dir(
-    trainer: Trainer, config: Config, resume: Path | None, runs_dir: str | Path, name: str, lock: contextlib.ExitStack
-) -> Path:
-    """The run folder, locked and claimed, with its config, vocabulary and file loggers
-    (rank 0's work): a new one, only now that the config and the task's data have proven
-    usable, or the resumed one, tidied up to its last checkpoint."""
-    task = trainer.framing.task
-    if resume is not None:
-        run_dir = resume
-        tidy_for_resume(run_dir, trainer.step)
-    else:
-        run_dir = create_run_dir(runs_dir, name)
-        lock.enter_context(exclusive_training(run_dir))
-        task.vocab.save(run_dir / VOCAB_FILE)
-        record_data(run_dir, task)
-    claim(run_dir)
-    lock.callback((run_dir / PID_FILE).unlink, missing_ok=True)
-    save_config(config, run_dir / CONFIG_FILE)  # after a resume: the config it continues with
-    trainer.loggers[:0] = [MetricsFileLogger(run_dir / METRICS_FILE), TensorBoardLogger(run_dir, config)]
-    return run_dir
 
 
 class Trainer:
@@ -227,15 +164,10 @@ class Trainer:
         self.settings, self.log, self.loggers = settings, log, list(loggers)
         self.device, self.run_dir = torch.device(device), run_dir
         # "bf16" or "fp32". A torchrun job agrees: bf16 only if every process's machine chose
-        # it, so that every process steps its weights the same way (Muon orthogonalises in it).
+        # it, so that every process computes its step the same way.
         precision = step_precision(self.device, settings.precision)
         self.precision = "fp32" if self.job.any(precision == "fp32") else precision
-        step_dtype = torch.bfloat16 if self.precision == "bf16" else torch.float32
-        self.optimizer = make_optimizer(model, settings, self.device, step_dtype)
-        decay_steps = settings.decay_steps or settings.steps
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
-            self.optimizer, lambda step: learning_rate_factor(step, settings.warmup_steps, decay_steps)
-        )
+        self.optimizer = make_optimizer(model, settings, self.device)
         self.step = 0
         self.saved_step = 0  # the step of checkpoints/last.pt
         self.best_score: list[float] | None = None  # (seq_acc, -loss) of checkpoints/best.pt
@@ -311,7 +243,7 @@ class Trainer:
         batch = self.framing.frame(self.data.train_pairs(self.settings.batch_size))  # every process draws it
         window.count_tokens(batch.n_tokens)  # all processes' tokens
         rows = self.job.shard(batch).to(self.device)  # this process's share (all of it in one process)
-        with _autocast(self.device, self.precision):
+        with step_autocast(self.device, self.precision):
             logits = step_model(**rows.model_inputs())
             loss = self.job.share_of_loss(logits.float(), rows.labels, batch.labels)
         loss.backward()  # under torchrun, DDP sums the gradients: every process holds the batch's
@@ -321,8 +253,8 @@ class Trainer:
         max_norm = self.settings.grad_clip if self.settings.grad_clip is not None else float("inf")
         grad_norm = nn.utils.clip_grad_norm_(self.model.parameters(), max_norm)
         self._stop_if_diverged(loss, grad_norm)
+        set_learning_rate(self.optimizer, self._lr())
         self.optimizer.step()
-        self.scheduler.step()
         self.optimizer.zero_grad(set_to_none=True)
         window.add_loss(loss)
         return logits.detach(), rows.labels, grad_norm
@@ -346,7 +278,7 @@ class Trainer:
         if self.job.is_main:
             self.final = evaluate(self.model, self.framing, self.data.held_out)
             values = {**self.final, "lr": self._lr(), "tokens_per_s": tokens_per_s}
-            predictions = _predictions_markdown(self.model, self.framing, self.data)
+            predictions = predictions_markdown(self.model, self.framing, self.data)
             for logger in self.loggers:
                 logger.metrics(self.step, "val", values)
                 if predictions:
@@ -367,7 +299,7 @@ class Trainer:
         pattern scores on the first N_HEAD_SCORE_INPUTS held-out examples (rank 0's work)."""
         if not self.job.is_main:
             return
-        for sample, text, target in _attention_samples(self.framing, self.data):
+        for sample, text, target in attention_samples(self.framing, self.data):
             report = attention_report(self.model, self.framing, text, target)
             for logger in self.loggers:
                 logger.attention(self.step, sample, report)
@@ -378,11 +310,11 @@ class Trainer:
                 logger.heads(self.step, scores)
 
     def _lr(self) -> float:
-        return self.optimizer.param_groups[0]["lr"]  # what the next step uses (every group shares it)
+        return learning_rate(self.step, self.settings)  # what the step from self.step on uses
 
     def state_dict(self) -> dict:
         """Everything a resumed run needs to continue exactly: weights, optimizer moments,
-        schedule, random streams, step and best score. Under torchrun every process must
+        random streams, step and best score. Under torchrun every process must
         call it (it gathers their dropout streams, kept as rng["torch_by_rank"])."""
         streams = self.job.gather(torch.get_rng_state())  # [this process's] without torchrun
         rng = {"torch": streams[0], "data": self.data.state_dict()["generator"]}
@@ -392,7 +324,6 @@ class Trainer:
             "step": self.step,
             "model": self.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
-            "scheduler": self.scheduler.state_dict(),
             "best_score": self.best_score,
             "best": self.best,
             "rng": rng,
@@ -402,81 +333,14 @@ class Trainer:
 
     def load_state_dict(self, state: dict) -> None:
         """Continue from `state_dict()`. A `CheckpointError` if `state` is not a whole
-        training state of this run's shapes and kinds (checked before anything is loaded,
-        so a tampered file fails here, not with a traceback in the middle of training) or
-        if it does not fit this model."""
-        from tinytf.checkpoint import describe, kind_mismatch, structure_problem
-
-        def problem() -> str | None:
-            missing = [
-                key
-                for key in ("step", "model", "optimizer", "scheduler", "rng", "best_score", "best")
-                if key not in state
-            ]
-            if missing:
-                return f"it has no {', '.join(map(repr, missing))}: not a whole training state"
-            if (found := structure_problem(state)) is not None:
-                return found
-            fresh = {"optimizer": self.optimizer.state_dict(), "scheduler": self.scheduler.state_dict()}
-            if isinstance(state["optimizer"], dict) and state["optimizer"].keys() != fresh["optimizer"].keys():
-                kind = self.settings.optimizer
-                return f"its 'optimizer' is the state of another optimizer than train.optimizer={kind}"
-            for key, expected in fresh.items():
-                if (found := kind_mismatch(expected, state[key], repr(key))) is not None:
-                    return found
-            if not all(isinstance(state["rng"].get(key), torch.Tensor) for key in ("torch", "data")):
-                return "'rng' should hold the tensors 'torch' and 'data'"
-            by_rank = state["rng"].get("torch_by_rank", [])
-            if not isinstance(by_rank, list) or not all(isinstance(stream, torch.Tensor) for stream in by_rank):
-                return "'rng'.'torch_by_rank' should be a list of tensors"
-            best, best_score = state["best"], state["best_score"]
-            if best_score is not None and not isinstance(best_score, list | tuple):
-                return "'best_score' should be None or two numbers"
-            numbers = [*best.values(), *(best_score or [])]
-            if not all(isinstance(value, int | float) and not isinstance(value, bool) for value in numbers):
-                return "'best' and 'best_score' should hold numbers"
-            if best_score is not None and (not isinstance(best_score, list | tuple) or len(best_score) != 2):
-                return "'best_score' should be None or two numbers"
-            if best and not {"step", "seq_acc", "token_acc", "loss"} <= best.keys():
-                return "'best' should be empty or have step, seq_acc, token_acc and loss"
-            return None
-
-        if (found := problem()) is not None:
+        training state of this run's shapes and kinds (checked before anything is loaded)
+        or if it does not fit this model."""
+        found = training_state_problem(state, self.optimizer.state_dict(), self.settings.optimizer)
+        if found is not None:
             raise CheckpointError(f"the run's last checkpoint cannot be resumed: {found}")
-
-        def load_optimizer() -> None:
-            # The checkpoint gives the optimizer's state (moments, step counts); its settings
-            # (betas, weight decay, Muon's) come from this run's config, as they would in a
-            # new run: a tampered file cannot set them, and --set train.betas=... applies.
-            configured = [
-                {key: value for key, value in group.items() if key not in ("params", "lr")}
-                for group in self.optimizer.param_groups
-            ]
-            self.optimizer.load_state_dict(state["optimizer"])
-            for group, settings in zip(self.optimizer.param_groups, configured, strict=True):
-                saved = {"params": group["params"], "lr": group["lr"]}
-                group.clear()  # keys the file adds (e.g. another Muon's) do not stay either
-                group.update(saved, **settings)
-            for parameter, moments in self.optimizer.state.items():  # AdamW's and Muon's: each weight's shape
-                for name, moment in moments.items():
-                    if not isinstance(moment, torch.Tensor) or (name != "step" and moment.shape != parameter.shape):
-                        raise ValueError(
-                            f"{name} is {describe(moment)}, not a tensor of shape {tuple(parameter.shape)}"
-                        )
-
-        def load_schedule() -> None:
-            # The step comes from the checkpoint, the peak rate from this run's train.lr (set on
-            # each group as "initial_lr" by load_optimizer), e.g. after --set train.lr=...
-            schedule = self.scheduler
-            schedule.load_state_dict(state["scheduler"])
-            schedule.base_lrs = [group["initial_lr"] for group in self.optimizer.param_groups]
-            for group, factor_at in zip(self.optimizer.param_groups, schedule.lr_lambdas, strict=True):
-                group["lr"] = group["initial_lr"] * factor_at(schedule.last_epoch)
-
         parts = {
             "model": lambda: self.model.load_state_dict(state["model"]),
-            "optimizer": load_optimizer,
-            "scheduler": load_schedule,
+            "optimizer": lambda: load_optimizer_state(self.optimizer, state["optimizer"]),
             "rng": lambda: (
                 self._load_dropout_stream(state["rng"]),
                 self.data.load_state_dict({"generator": state["rng"]["data"]}),
@@ -492,14 +356,8 @@ class Trainer:
                 ) from None
         self.step, self.best_score, self.best = state["step"], state["best_score"], dict(state["best"])
         self.saved_step = self.step
-        window = state.get("window")  # absent in checkpoints written before it was kept
-        if (
-            isinstance(window, dict)
-            and isinstance(window.get("loss_sum"), float)
-            and isinstance(window.get("steps"), int)
-        ):
-            self.window.loss_sum.fill_(window["loss_sum"])
-            self.window.steps = window["steps"]
+        self.window.loss_sum.fill_(state["window"]["loss_sum"])
+        self.window.steps = state["window"]["steps"]
 
     def _load_dropout_stream(self, rng: dict) -> None:
         """This process's stream of random numbers (dropout masks), as saved. A process of
@@ -562,61 +420,6 @@ class _ThroughputWindow:
         self.loss_sum.zero_()
         self.steps, self.tokens, self.start = 0, 0, time.perf_counter()
         return values
-
-
-def step_precision(device: torch.device, requested: str) -> str:
-    """What train.precision means on `device`: "bf16" or "fp32" (see config.TrainConfig)."""
-    if requested == "auto":
-        native = (device.type == "cuda" and gpu_multiplies_bf16()) or (device.type == "cpu" and cpu_multiplies_bf16())
-        return "bf16" if native else "fp32"
-    if requested == "bf16" and device.type not in ("cpu", "cuda"):
-        raise UserError(f"train.precision=bf16 runs on cpu or cuda, not {device.type}; use auto or fp32")
-    return requested
-
-
-def gpu_multiplies_bf16() -> bool:
-    """Whether the current CUDA GPU has bf16 tensor cores (compute capability 8.0, Ampere,
-    and later); older GPUs emulate bf16."""
-    return torch.cuda.get_device_capability() >= (8, 0)
-
-
-def cpu_multiplies_bf16() -> bool:
-    """Whether this CPU has bf16 matrix instructions (AVX512-BF16 or AMX). On ours (AVX512-BF16)
-    a (1024 x 64) @ (64 x 256) product took 69 us in bf16 against 203 us in float32; a CPU
-    without them converts, and is slower in bf16 than in float32."""
-    checks = ("_is_avx512_bf16_supported", "_is_amx_tile_supported")  # torch.cpu's, not public
-    return any(getattr(torch.cpu, check, lambda: False)() for check in checks)
-
-
-def _autocast(device: torch.device, precision: str):
-    """The training step's forward pass under bf16 autocast (same exponent range as fp32: no
-    loss scaling needed) when `precision` is "bf16"; as it is otherwise."""
-    if precision == "bf16":
-        return torch.autocast(device.type, dtype=torch.bfloat16)
-    return contextlib.nullcontext()
-
-
-def _attention_samples(framing: Framing, data: TaskData) -> Iterator[tuple[str, str, str | None]]:
-    """(tag, input text, target text or None) of the fixed inputs whose attention maps are logged."""
-    showcase = framing.task.showcase
-    if showcase is not None:
-        yield "showcase", showcase, None
-    for i in range(min(N_ATTENTION_SAMPLES - (showcase is not None), len(data.held_out))):
-        yield f"sample{i}", *framing.typed_example(data.held_out, i)
-
-
-def _predictions_markdown(model: nn.Module, framing: Framing, data: TaskData) -> str:
-    """A table of held-out inputs, targets and the model's answers ("" for language models)."""
-    if not framing.answers_questions:
-        return ""
-    examples = data.held_out[: min(N_TEXT_SAMPLES, len(data.held_out))]
-    render = framing.task.render
-    rows = ["| input | target | prediction |", "|---|---|---|"]
-    for i, answer in enumerate(framing.answers(model, examples)):
-        source, target = examples.example(i)
-        mark = "" if answer == target else " ✗"
-        rows.append(f"| {render(source)} | {render(target)} | {render(answer)}{mark} |")
-    return "\n".join(rows)
 
 
 @contextlib.contextmanager

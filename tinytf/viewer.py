@@ -36,6 +36,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from tinytf.attend import attention_sides
+
 if TYPE_CHECKING:
     from tinytf.attend import AttentionMap, AttentionReport
     from tinytf.heads import HeadReport
@@ -132,21 +134,16 @@ def stored_weights(weights: np.ndarray) -> list[list[list[int]]]:
 
 
 def _map_data(m: AttentionMap, has_source: bool) -> dict:
-    # Which sequence each side reads: an encoder-decoder's encoder reads the source on both
-    # sides; its cross-attention asks from the target into the source; the rest is one sequence.
-    if not has_source:
-        sides = ("tokens", "tokens")
-    elif m.stack == "encoder":
-        sides = ("source", "source")
-    else:
-        sides = ("target", "source" if m.kind == "cross" else "target")
+    # The page's names for the sequences each side reads: an encoder-decoder's tokens are its target.
+    tokens, source = ("target", "source") if has_source else ("tokens", None)
+    query_side, key_side = attention_sides(m.name, tokens, source)
     return {
         "name": m.name,
         "stack": m.stack,
         "layer": m.layer,
         "kind": m.kind,
-        "query_side": sides[0],
-        "key_side": sides[1],
+        "query_side": query_side,
+        "key_side": key_side,
         "query_tokens": m.query_tokens,
         "key_tokens": m.key_tokens,
         "first_head": m.first_head,

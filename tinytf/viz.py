@@ -307,3 +307,18 @@ def terminal_heatmap(attention: AttentionMap, head: int, cell_width: int = 2, sh
     key_legend = "  ".join(f"{j}={token}" for j, token in enumerate(keys))
     lines.append(f"{'keys:':>{label_width}} {key_legend}")
     return "\n".join(lines)
+
+
+def terminal_report(report: AttentionReport, heading: str, answer: str | None = None) -> str:
+    """`tinytf attend`'s table: `heading`, the source (encoder-decoder), the tokens and the
+    `answer` as text, then `terminal_heatmap` for every attention and head."""
+    lines = [heading]
+    if report.source_tokens is not None:
+        lines.append(f"source: {' '.join(report.source_tokens)}")
+    lines.append(f"tokens: {' '.join(report.tokens)}")
+    if answer is not None:
+        lines.append(f"answer: {answer}")
+    for attention_map in report.maps:
+        for head in range(attention_map.n_heads):
+            lines += ["", terminal_heatmap(attention_map, head)]
+    return "\n".join(lines)

@@ -25,7 +25,7 @@ the values the next sublayer reads.
 The model calls `probe(name, value)` at each of these points when a `Probe` is passed in,
 and does nothing at all otherwise (plain forward passes and training never make one). The
 attention weights are computed only when a pattern is asked for or hooked: otherwise the
-model's usual path runs, as in a plain forward pass (see attention.explicit_keys).
+fused kernel runs, as in a plain forward pass (see attention.py).
 """
 
 from __future__ import annotations

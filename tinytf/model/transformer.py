@@ -117,7 +117,9 @@ class Transformer(nn.Module):
         """Token ids (B, T) at positions start..start+T-1 -> embeddings with positions (B, T, D).
         `name`: the argument that `tokens` came in as, for the error if they are not ids; the
         probe sees the result as "source_embed" for the source, else "embed"."""
-        check_ids(tokens, self.vocab_size, name)
+        # The values are checked where ids come in from outside: a training step reads the
+        # task's own batches, and reading them back would wait for the device at every step.
+        check_ids(tokens, self.vocab_size, name, values=not self.training)
         end = start + tokens.size(1)
         if end > self.config.max_len:
             raise ValueError(f"sequence of length {end} is longer than model.max_len={self.config.max_len}")
@@ -308,11 +310,9 @@ class Transformer(nn.Module):
         return Probe(self.hook_names(), names=_is_pattern)
 
 
-def check_ids(ids: torch.Tensor, vocab_size: int, name: str) -> None:
-    """A clear error unless `ids` is a non-empty (B, L) tensor of token ids in [0, vocab_size)."""
-    # A compiled training step reads the task's own batches; a check would split its graph.
-    if torch.compiler.is_compiling():
-        return
+def check_ids(ids: torch.Tensor, vocab_size: int, name: str, values: bool = True) -> None:
+    """A clear error unless `ids` is a non-empty (B, L) tensor of token ids, with every id in
+    [0, vocab_size) if `values` (which reads them back from the device)."""
     if not isinstance(ids, torch.Tensor) or ids.dtype not in (torch.long, torch.int):
         got = ids.dtype if isinstance(ids, torch.Tensor) else type(ids).__name__
         raise TypeError(f"`{name}` must be a tensor of integer token ids (torch.long), not {got}")
@@ -320,6 +320,8 @@ def check_ids(ids: torch.Tensor, vocab_size: int, name: str) -> None:
         raise ValueError(
             f"`{name}` must hold token ids as (batch, length), neither of them 0; its shape is {tuple(ids.shape)}"
         )
+    if not values:
+        return
     low, high = torch.stack(torch.aminmax(ids)).tolist()  # one pass, one read back (a sync on CUDA)
     if low < 0 or high >= vocab_size:
         raise ValueError(

@@ -9,18 +9,18 @@ file; the held-out windows come from the last 10%, so they never overlap.
 from __future__ import annotations
 
 import hashlib
-import stat
 from functools import cached_property
-from pathlib import Path
 
 from tinytf.config import ConfigProblem
 from tinytf.errors import ConfigError
+from tinytf.files import check_regular_file, read_regular_file
 from tinytf.lazy import torch
 from tinytf.tasks.base import LanguageModelTask, Pairs
 from tinytf.tasks.vocab import Vocabulary
 
 HELD_OUT_FRACTION = 0.1
 MAX_TEXT_BYTES = 50_000_000  # the file's tokens are held as a Python list and a tensor
+FILE_ROLE = "text file"  # how a refusal names it
 
 
 class Text(LanguageModelTask):
@@ -34,40 +34,32 @@ class Text(LanguageModelTask):
         return "task.path: my.txt -> windows of the file, each predicting its next token"
 
     def check(self) -> None:
-        """The file must be named and exist; reading and decoding it waits for training."""
+        """The file must be named and be a regular file within MAX_TEXT_BYTES; reading and
+        decoding it waits for training."""
         super().check()
         if not self.config.path:
             raise ConfigProblem("task.path: the text task needs the file to model", "task.path", "task.name")
-        path = Path(self.config.path)
         try:
-            status = path.stat()  # never open it here: opening a FIFO would block
-        except FileNotFoundError:
-            raise ConfigProblem(f"task.path: file not found: {path}", "task.path") from None
-        except (OSError, ValueError) as err:  # ValueError: a NUL in the name
-            reason = getattr(err, "strerror", None) or err
-            raise ConfigProblem(f"task.path: cannot read {path!r} ({reason})", "task.path") from None
-        if not stat.S_ISREG(status.st_mode):
-            raise ConfigProblem(f"task.path: {path} is not a regular file", "task.path")
-        if status.st_size > MAX_TEXT_BYTES:
-            raise ConfigProblem(
-                f"task.path: {path} has {status.st_size:,} bytes; the text task reads at most "
-                f"{MAX_TEXT_BYTES:,} (every token is kept in memory)",
-                "task.path",
-            )
+            check_regular_file(self.config.path, MAX_TEXT_BYTES, FILE_ROLE, ConfigError)  # never opens it
+        except ConfigError as err:
+            raise ConfigProblem(f"task.path: {err}", "task.path") from None
+
+    def read_file(self) -> bytes:
+        """The file's bytes, checked again as they are read: it may have changed since `check`."""
+        try:
+            return read_regular_file(self.config.path or "", MAX_TEXT_BYTES, FILE_ROLE, ConfigError)
+        except ConfigError as err:
+            raise ConfigError(f"task.path: {err}") from None
 
     @cached_property
     def tokens(self) -> list[str]:
-        path = Path(self.config.path or "")
+        data = self.read_file()
         try:
-            text = path.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            raise ConfigError(f"task.path: file not found: {path}") from None
-        except IsADirectoryError:
-            raise ConfigError(f"task.path: {path} is a folder, not a text file") from None
+            text = data.decode("utf-8")
         except UnicodeDecodeError as err:
-            raise ConfigError(f"task.path: {path} is not UTF-8 text ({err.reason} at byte {err.start})") from None
-        except (OSError, ValueError) as err:
-            raise ConfigError(f"task.path: cannot read {path!r} ({getattr(err, 'strerror', None) or err})") from None
+            raise ConfigError(
+                f"task.path: {self.config.path} is not UTF-8 text ({err.reason} at byte {err.start})"
+            ) from None
         return text.split() if self.config.tokenizer == "word" else list(text)
 
     def build_vocab(self) -> Vocabulary:
@@ -75,10 +67,7 @@ class Text(LanguageModelTask):
 
     def data_fingerprint(self) -> str:
         """SHA-256 of the file's bytes."""
-        try:
-            return hashlib.sha256(Path(self.config.path or "").read_bytes()).hexdigest()
-        except OSError as err:
-            raise ConfigError(f"task.path: cannot read {self.config.path} ({err.strerror or err})") from None
+        return hashlib.sha256(self.read_file()).hexdigest()
 
     @cached_property
     def stream(self) -> torch.Tensor:

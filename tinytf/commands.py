@@ -1,0 +1,308 @@
+"""The work behind the `tinytf` commands, apart from Typer: each function takes a command's
+options as plain values, calls the library, and returns the text the command prints (or
+writes the file it was asked for). cli.py parses the options and echoes the results; it
+imports this module inside its commands, as this module loads torch.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import stat
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
+from importlib import resources
+from pathlib import Path
+
+from tinytf import training
+from tinytf.attend import AttentionReport
+from tinytf.data import TaskData
+from tinytf.distributed import Launch
+from tinytf.errors import UserError
+from tinytf.evaluate import evaluate, predict
+from tinytf.experiment import load_config, load_run_config
+from tinytf.files import write_text_atomically
+from tinytf.framing import Progress
+from tinytf.heads import HeadReport, head_scores, render_text
+from tinytf.loggers import ProgressBarLogger
+from tinytf.runs import CONFIG_FILE, LoadedRun, check_data, check_run_name, checkpoint_path, resolve_run
+from tinytf.tasks.base import Pairs
+from tinytf.training import TrainResult
+from tinytf.viewer import attention_page
+from tinytf.viz import report_figure, save_figure, terminal_report
+
+QUICKSTART = "quickstart.yaml"  # packaged inside tinytf, so `tinytf train` works from any folder
+ATTENTION_FILES = ("json", "npz", "png", "html")  # the `attend` formats written to a file
+
+# How many things a command works through, and their unit -> a progress callback or None (cli.progress_bar).
+ProgressBar = Callable[[int, str], AbstractContextManager[Progress | None]]
+
+
+# ---- train
+
+
+def start_training(
+    config: Path | None,
+    overrides: list[str] | None,
+    runs_dir: Path,
+    name: str | None,
+    device: str | None,
+    resume: Path | None,
+) -> TrainResult:
+    """`train`'s options -> the resolved config -> `tinytf.training.train`."""
+    if name is not None:  # checked before the config is loaded: a wrong name fails at once
+        check_run_name(name, runs_dir)
+    overrides = list(overrides or [])
+    if device is not None:
+        overrides.append(f"train.device={device}")
+    if resume is not None:
+        if config is not None:
+            raise UserError("--resume continues a run with its own config: drop CONFIG (use --set to change it)")
+        resume = resolve_run(resume)
+        resolved = load_run_config(resume / CONFIG_FILE, overrides)
+    elif config is None:
+        with resources.as_file(resources.files("tinytf") / QUICKSTART) as path:
+            resolved = load_config(path, overrides)
+        name = name or Path(QUICKSTART).stem
+    else:
+        resolved = load_config(config, overrides)
+        name = name or config.stem
+    loggers = [ProgressBarLogger(resolved.train.steps)]
+    # training.train looked up at the call, so that a wrapper put there (a test's) is the one run
+    return training.train(resolved, runs_dir=runs_dir, name=name or "run", resume=resume, loggers=loggers)
+
+
+def training_summary(result: TrainResult, runs_dir: Path) -> str:
+    """The run folder, its best validation scores and what to do next."""
+    lines = [f"run: {result.run_dir}"]
+    if best := result.best:
+        lines.append(
+            f"best validation (step {best['step']}): seq_acc {best['seq_acc']:.3f}, "
+            f"token_acc {best['token_acc']:.3f}, loss {best['loss']:.4f}"
+        )
+    lines.append(f'next: tinytf attend "..." --run {result.run_dir}   |   tensorboard --logdir {runs_dir}')
+    return "\n".join(lines)
+
+
+def interruption_note(result: TrainResult, launch: Launch | None) -> str:
+    """What Ctrl-C left behind: where the run can resume from, and the command that does it."""
+    if not checkpoint_path(result.run_dir, "last").exists():
+        return f"interrupted before the first checkpoint; nothing to resume in {result.run_dir}"
+    return (
+        f"interrupted at step {result.step}; checkpoint saved in {result.run_dir}\n"
+        f"resume with: {launch_command(launch)} train --resume {result.run_dir}"
+    )
+
+
+def launch_command(launch: Launch | None) -> str:
+    """How this process was started, to say how to resume: `tinytf`, or torchrun's line."""
+    if launch is None:
+        return "tinytf"
+    if launch.local_world_size != launch.world_size:  # several machines
+        return "torchrun <the same options, on every machine> -m tinytf"
+    return f"torchrun --nproc-per-node {launch.world_size} -m tinytf"
+
+
+# ---- a trained run
+
+
+def run_heading(loaded: LoadedRun, checkpoint: str) -> str:
+    return f"run {loaded.run_dir} ({checkpoint} checkpoint, step {loaded.step})"
+
+
+def first_held_out(loaded: LoadedRun, n: int | None) -> Pairs:
+    """The run's first `n` held-out examples (all of them for None): a `UserError` if the
+    task's data file changed since training, or if there are fewer than `n`."""
+    check_data(loaded.run_dir, loaded.task)
+    held_out = TaskData(loaded.task, loaded.config.seed, loaded.config.task.eval_size).held_out
+    if n is not None and n > len(held_out):
+        raise UserError(f"--n {n}: the run's held-out set has {len(held_out)} examples (task.eval_size)")
+    return held_out if n is None else held_out[:n]
+
+
+# ---- attend
+
+
+def attention_text(loaded: LoadedRun, report: AttentionReport, checkpoint: str) -> str:
+    """`attend --format table`: the run, the tokens and the answer, then a heatmap per head."""
+    answer = None if report.answer is None else loaded.vocab.join(report.answer)
+    return terminal_report(report, run_heading(loaded, checkpoint), answer)
+
+
+def check_attention_out(out: Path, output_format: str) -> None:
+    """A `UserError` unless --out can be written as exactly that file, in that format."""
+    if output_format not in ATTENTION_FILES:
+        raise UserError(
+            f"--out {out}: --format {output_format} prints to the terminal; --out is for html, json, npz or png"
+        )
+    wanted = f".{output_format}"
+    if out.suffix and out.suffix.lower() != wanted:
+        raise UserError(
+            f"--out {out}: a {out.suffix} name for --format {output_format}; "
+            f"name the file *{wanted} (or give no suffix)"
+        )
+    check_writable_file(out, f"attention{wanted}")
+
+
+def write_attention(
+    loaded: LoadedRun,
+    report: AttentionReport,
+    output_format: str,
+    out: Path | None,
+    *,
+    text: str,
+    target: str | None,
+    checkpoint: str,
+) -> Path:
+    """Write `report` as json, npz, png or html to `out`, or to a new attention.<format>
+    (never over an existing file); the path written."""
+    page = attention_page_for(loaded, report, text, target, checkpoint) if output_format == "html" else None
+    path = out or fresh_path(Path(f"attention.{output_format}"))
+    with writing(path):
+        if page is not None:
+            write_text_atomically(path, page)
+        elif output_format == "json":
+            path.write_text(report.to_json(), encoding="utf-8")
+        elif output_format == "npz":
+            report.save_npz(path)
+        else:
+            from matplotlib import rc_context
+
+            # A file object, and PNG said outright: matplotlib neither reads the format from
+            # the name nor adds ".png" to a name without one. The file is the one named.
+            with open(path, "wb") as file, rc_context({"savefig.format": "png"}):
+                save_figure(report_figure(report), file)
+    return path
+
+
+def attention_page_for(
+    loaded: LoadedRun, report: AttentionReport, text: str, target: str | None, checkpoint: str
+) -> str:
+    """The html page for `attend`: the report, the heads' pattern scores on the same input
+    (unless --target imposes an answer the scores would not follow), and where it comes from."""
+    facts = {"input": text}
+    if report.answer is not None:
+        facts["answer" if target is None else "target (--target)"] = loaded.vocab.join(report.answer)
+    facts |= {"run": str(loaded.run_dir), "checkpoint": f"{checkpoint} (step {loaded.step})"}
+    if target is None:
+        scores = head_scores(loaded.model, loaded.framing, text=text)
+        note = "Head scores: this input, after the model's own answer (as tinytf heads --text)."
+    else:
+        scores = None
+        note = "No head scores: they follow the model's own answer, and --target imposes another."
+    shown = text if len(text) <= 60 else text[:59] + "…"
+    return attention_page(report, scores, title=f"Attention: {shown}", facts=facts, heads_note=note)
+
+
+# ---- heads
+
+
+def score_heads(loaded: LoadedRun, checkpoint: str, n: int, text: str | None, ablate: str | None) -> HeadReport:
+    """`heads`: the scores on the first `n` held-out inputs, or on the typed `text`, with
+    where they come from in `meta`."""
+    pairs = None if text is not None else first_held_out(loaded, n)
+    report = head_scores(loaded.model, loaded.framing, pairs, text=text, ablate=ablate)
+    report.meta = {"run": str(loaded.run_dir), "checkpoint": checkpoint, "step": loaded.step, "text": text}
+    return report
+
+
+def heads_output(loaded: LoadedRun, report: HeadReport, checkpoint: str, as_json: bool) -> str:
+    """`heads`' output: the report as JSON, or a line saying what was scored and the table."""
+    if as_json:
+        return report.to_json() + "\n"
+    text = report.meta.get("text")
+    scored = f"the input {text!r}" if text is not None else f"{report.inputs} held-out inputs"
+    return f"{run_heading(loaded, checkpoint)}, {scored}\n{render_text(report)}\n"
+
+
+# ---- predict / eval
+
+
+def predict_output(
+    loaded: LoadedRun, lines: list[str], file: Path | None, as_json: bool, progress_bar: ProgressBar
+) -> tuple[str, str | None]:
+    """`predict`'s output, one line per input line, and a note for stderr (None, or the
+    first input of a length never trained on, and how many more). In a --file, a line
+    without tokens (blank) gets an empty answer without the model, so that the output
+    lines up with the file; errors name file lines."""
+    numbered = list(enumerate(lines, start=1))
+    labels = None
+    if file is not None:
+        numbered = [(number, line) for number, line in numbered if loaded.vocab.tokenize(line)]
+        if not numbered:
+            raise UserError(f"{file}: no inputs (one per line)")
+        labels = [f"{file}: line {number}" for number, _ in numbered]
+    with progress_bar(len(numbered), "input") as progress:
+        answered = predict(loaded.model, loaded.framing, [line for _, line in numbered], labels, progress)
+    answers = dict(zip([number for number, _ in numbered], answered, strict=True))
+    shown = [answers.get(number, ([], [])) for number in range(1, len(lines) + 1)]
+    if as_json:
+        output = [json.dumps({"input": source, "output": answer}, ensure_ascii=False) for source, answer in shown]
+    else:
+        output = [" ".join(answer) for _, answer in shown]
+    return "\n".join(output), _length_note(loaded, answers, file)
+
+
+def _length_note(loaded: LoadedRun, answers: dict[int, tuple[list[str], list[str]]], file: Path | None) -> str | None:
+    """One note however many inputs have a length never trained on: the first, and how many more."""
+    notes = [
+        (number, note)
+        for number, (source, _) in answers.items()
+        if (note := loaded.framing.length_note(loaded.vocab.encode(source)))
+    ]
+    if not notes:
+        return None
+    number, note = notes[0]
+    where = f"{file}: line {number}: " if file is not None else ""
+    others = len(notes) - 1
+    more = f" (and {others} more line{'s' * (others > 1)})" if others else ""
+    return f"{where}{note}{more}"
+
+
+def evaluation_text(loaded: LoadedRun, checkpoint: str, n: int | None, progress_bar: ProgressBar) -> str:
+    """`eval`: loss and accuracies on the first `n` held-out examples, one metric a line."""
+    held_out = first_held_out(loaded, n)
+    with progress_bar(len(held_out), "example") as progress:
+        metrics = evaluate(loaded.model, loaded.framing, held_out, progress=progress)
+    lines = [f"{run_heading(loaded, checkpoint)}, {len(held_out)} held-out examples"]
+    return "\n".join([*lines, *(f"{key:>10}: {value:.4f}" for key, value in metrics.items())])
+
+
+# ---- output files
+
+
+def check_writable_file(out: Path, example: str) -> None:
+    """A `UserError` unless --out is a new file or a regular one (not a folder, pipe or device)."""
+    try:
+        mode = out.stat().st_mode
+    except FileNotFoundError:
+        return  # a new file: the normal case
+    except OSError as err:
+        raise UserError(f"--out {out}: cannot write ({err.strerror or err})") from None
+    if stat.S_ISDIR(mode):
+        raise UserError(f"--out {out}: is a folder; name a file, e.g. {out / example}")
+    if not stat.S_ISREG(mode):
+        raise UserError(f"--out {out}: not a regular file (a pipe or device); name a file")
+
+
+@contextlib.contextmanager
+def writing(path: Path) -> Iterator[None]:
+    """Turn an OSError while the block writes `path` into a one-line `UserError` naming it."""
+    try:
+        yield
+    except OSError as err:
+        raise UserError(f"{path}: cannot write ({err.strerror or err})") from None
+
+
+def write_output(path: Path, content: str) -> None:
+    with writing(path):
+        write_text_atomically(path, content)
+
+
+def fresh_path(path: Path) -> Path:
+    """`path`, or `stem-2.ext`, `stem-3.ext`... whichever does not exist yet: never overwrite."""
+    candidate, number = path, 1
+    while candidate.exists():
+        number += 1
+        candidate = path.with_name(f"{path.stem}-{number}{path.suffix}")
+    return candidate
