@@ -7,12 +7,13 @@ import torch.nn.functional as F
 from torch import nn
 
 import tinytf
+from tinytf.batch import IGNORE
 from tinytf.config import TaskConfig, config_from_dict
 from tinytf.data import TaskData, example_hashes
 from tinytf.errors import ConfigError, UserError
 from tinytf.evaluate import evaluate, scored_loss
 from tinytf.experiment import check_config
-from tinytf.framing import IGNORE, get_framing
+from tinytf.framing import get_framing
 from tinytf.tasks import TASKS, Pairs, get_task
 from tinytf.tasks.vocab import UnknownTokenError, Vocabulary
 

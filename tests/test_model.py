@@ -5,7 +5,7 @@ import torch
 
 import tinytf
 from tinytf.config import config_from_dict
-from tinytf.framing import greedy_generate
+from tinytf.generation import greedy_generate
 from tinytf.model import Transformer
 
 ARCHS = ["encoder", "decoder", "encoder-decoder"]

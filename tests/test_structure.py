@@ -193,3 +193,17 @@ def test_modules_import_only_from_their_layer_or_below():
         f"{a} -> {b}" for a in placed for b in imported_modules(MODULES[a]) if b in placed and layer(b) > layer(a)
     ]
     assert not upward
+
+
+def test_every_module_and_function_stays_short_enough_to_read():
+    """No module of tinytf/ over 450 lines, no function over 50 (docstring included)."""
+    too_long = []
+    for path in sorted((ROOT / "tinytf").rglob("*.py")):
+        source = path.read_text()
+        if source.count("\n") > 450:
+            too_long.append(f"{path.relative_to(ROOT)}: {source.count(chr(10))} lines")
+        for node in ast.walk(ast.parse(source)):
+            length = getattr(node, "end_lineno", 0) - getattr(node, "lineno", 0) + 1
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and length > 50:
+                too_long.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name}: {length} lines")
+    assert too_long == []

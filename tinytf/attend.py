@@ -21,8 +21,10 @@ from typing import TypeVar
 import numpy as np
 from torch import nn
 
+from tinytf.device import model_device
 from tinytf.errors import UserError
-from tinytf.framing import Framing, eval_mode
+from tinytf.framing import Framing
+from tinytf.generation import eval_mode
 
 Tokens = TypeVar("Tokens")  # token strings, a tensor of ids, or a label for them
 
@@ -123,7 +125,7 @@ def attention_report(model: nn.Module, framing: Framing, text: str, target: str 
     every attention map, labelled with its tokens."""
     vocab = framing.vocab
     batch, answer = framing.typed_batch(model, text, target)
-    device = next(model.parameters()).device
+    device = model_device(model)
     with eval_mode(model):
         _, weights = model(**batch.to(device).model_inputs(), return_attention=True)
 

@@ -25,7 +25,7 @@ from tinytf.experiment import describe_tasks, dump_checked_config, load_config
 from tinytf.files import read_regular_file
 
 if TYPE_CHECKING:
-    from tinytf.framing import Progress
+    from tinytf.batch import Progress
     from tinytf.runs import LoadedRun
 
 

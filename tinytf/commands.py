@@ -16,13 +16,13 @@ from pathlib import Path
 
 from tinytf import training
 from tinytf.attend import AttentionReport
+from tinytf.batch import Progress
 from tinytf.data import TaskData
 from tinytf.distributed import Launch
 from tinytf.errors import UserError
 from tinytf.evaluate import evaluate, predict
 from tinytf.experiment import load_config, load_run_config
 from tinytf.files import write_text_atomically
-from tinytf.framing import Progress
 from tinytf.heads import HeadReport, head_scores, render_text
 from tinytf.loggers import ProgressBarLogger
 from tinytf.runs import CONFIG_FILE, LoadedRun, check_data, check_run_name, checkpoint_path, resolve_run

@@ -26,8 +26,11 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from tinytf.batch import IGNORE, Progress
+from tinytf.device import model_device
 from tinytf.errors import UserError
-from tinytf.framing import IGNORE, Framing, Progress, eval_mode
+from tinytf.framing import Framing
+from tinytf.generation import eval_mode
 from tinytf.model.hooks import Hook
 from tinytf.tasks.base import Pairs
 
@@ -79,7 +82,7 @@ def evaluate(
     `progress(n)` is called as each batch of n examples is scored."""
     if len(pairs) == 0:
         raise ValueError("evaluate: `pairs` holds no examples; there is nothing to score")
-    device = next(model.parameters()).device
+    device = model_device(model)
     # Shortest first: each batch is padded to its longest example, and the sums do not
     # depend on the order.
     pairs = pairs[torch.argsort(pairs.source_len + pairs.target_len, stable=True)]

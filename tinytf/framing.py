@@ -50,13 +50,24 @@ Adding an architecture is one class and one line in FRAMINGS.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
+from tinytf.batch import (
+    IGNORE,
+    Alignment,
+    Batch,
+    Progress,
+    append_eos,
+    check_length,
+    encode_typed,
+    pad_or_cut,
+    prepend,
+    single_pair,
+)
+from tinytf.device import model_device
 from tinytf.errors import UserError
+from tinytf.generation import cut_at_eos, eval_mode, generate_each, greedy_generate
 from tinytf.lazy import torch
 from tinytf.tasks.base import Pairs, Task, left_compact, positions_below
 from tinytf.tasks.vocab import PAD_ID, Vocabulary
@@ -64,54 +75,10 @@ from tinytf.tasks.vocab import PAD_ID, Vocabulary
 if TYPE_CHECKING:
     from torch import nn
 
-IGNORE = -100  # the label of positions the loss skips (torch's cross_entropy default)
 LM_CONTINUATION = 20  # tokens a language model writes after a prompt, at most
 # Typed inputs answered together. On 100,000 sort-decoder inputs, shortest first, on one
 # thread: 125 to 2,000 at a time all took 10-11.5 s; 8,000 took 13.4 s, 100,000 16.5 s.
 ANSWER_BATCH = 500
-
-Progress = Callable[[int], None]  # told how many more inputs are done
-
-
-@dataclass(frozen=True)
-class Batch:
-    tokens: torch.Tensor  # (B, T) model input ids
-    labels: torch.Tensor  # (B, T) the id each position should predict, or IGNORE
-    pad_mask: torch.Tensor | None = None  # (B, T) True at PAD keys, when they must be masked
-    source: torch.Tensor | None = None  # (B, S) encoder input, encoder-decoder only
-    source_pad_mask: torch.Tensor | None = None  # (B, S) True at PAD source positions
-
-    def to(self, device: torch.device | str) -> Batch:
-        def move(t: torch.Tensor | None) -> torch.Tensor | None:
-            return None if t is None else t.to(device, non_blocking=True)
-
-        return Batch(
-            move(self.tokens), move(self.labels), move(self.pad_mask), move(self.source), move(self.source_pad_mask)
-        )
-
-    def model_inputs(self) -> dict[str, torch.Tensor | None]:
-        """Keyword arguments for `model(**batch.model_inputs())`."""
-        return {
-            "tokens": self.tokens,
-            "source": self.source,
-            "pad_mask": self.pad_mask,
-            "source_pad_mask": self.source_pad_mask,
-        }
-
-    @property
-    def n_tokens(self) -> int:
-        """Non-padding positions the model processes (for tokens/s)."""
-        count = int((self.tokens != PAD_ID).sum())
-        return count + (int((self.source != PAD_ID).sum()) if self.source is not None else 0)
-
-
-@dataclass(frozen=True)
-class Alignment:
-    """Where a task's alignment pattern lies in one framed example's attention maps."""
-
-    stack: str  # "encoder" or "decoder": the stack whose attention it applies to
-    kind: str  # "self" or "cross"
-    pairs: tuple[tuple[int, int], ...]  # (query position, key position) in that attention map
 
 
 class Framing:
@@ -281,7 +248,7 @@ class EncoderFraming(Framing):
         in_source = positions_below(pairs.source_len, width)  # (B, S)
         tokens = pairs.source[:, :width]
         # Per-position labels: the target, then <eos> for positions past a shorter target.
-        labels = _pad_or_cut(pairs.target, width)
+        labels = pad_or_cut(pairs.target, width)
         labels = torch.where(positions_below(pairs.target_len, width), labels, self.vocab.eos_id)
         labels = labels.masked_fill(~in_source, IGNORE)
         if self.bos:  # <bos> s1 s2 ..., its label IGNORE (as with_bos, with the labels kept in step)
@@ -294,7 +261,7 @@ class EncoderFraming(Framing):
         if len(pairs) == 0:
             return []
         with eval_mode(model):
-            batch = self.frame(pairs).to(_device(model))
+            batch = self.frame(pairs).to(model_device(model))
             predicted = model(**batch.model_inputs()).argmax(-1).tolist()  # (B, T)
         offset = self.added_tokens()
         return [
@@ -344,7 +311,7 @@ class DecoderFraming(Framing):
 
     def frame(self, pairs: Pairs) -> Batch:
         pairs = self.with_bos(pairs)  # [<bos>] s1 .. sn: the question the model reads
-        with_eos, target_len = _append_eos(pairs, self.vocab.eos_id)  # (B, T+1): t1 .. tn <eos>
+        with_eos, target_len = append_eos(pairs, self.vocab.eos_id)  # (B, T+1): t1 .. tn <eos>
         # source <sep> target <eos>, squeezed together, as one sequence
         sep = torch.full((len(pairs), 1), self.vocab.sep_id)
         joined = torch.cat([pairs.source, sep, with_eos], dim=1)
@@ -394,7 +361,7 @@ class EncoderDecoderFraming(Framing):
 
     def frame(self, pairs: Pairs) -> Batch:
         pairs = self.with_bos(pairs)  # the source the encoder reads: [<bos>] s1 .. sn
-        with_eos, target_len = _append_eos(pairs, self.vocab.eos_id)  # (B, T+1): t1 .. tn <eos>
+        with_eos, target_len = append_eos(pairs, self.vocab.eos_id)  # (B, T+1): t1 .. tn <eos>
         source_width = int(pairs.source_len.max())
         width = int(target_len.max())
         in_target = positions_below(target_len, width)  # (B, T)
@@ -408,7 +375,7 @@ class EncoderDecoderFraming(Framing):
             return []
         # Encode once; the decoder starts from <bos> and attends to the (padded) source.
         pairs = self.with_bos(pairs)
-        device = _device(model)
+        device = model_device(model)
         width = int(pairs.source_len.max())
         source = pairs.source[:, :width].to(device)  # (B, S)
         source_pad_mask = (~positions_below(pairs.source_len, width)).to(device)  # (B, S)
@@ -473,117 +440,3 @@ FRAMINGS: dict[str, type[Framing]] = {
 def get_framing(task: Task, arch: str) -> Framing:
     """How `task` is framed for `arch`: by the architecture, or as a language model."""
     return FRAMINGS["language-model" if task.language_model else arch](task)
-
-
-# --------------------------------------------------------------------------- generation
-
-
-def greedy_generate(
-    model: nn.Module,
-    prompt: torch.Tensor,
-    max_new: int,
-    eos_id: int,
-    context: torch.Tensor | None = None,
-    source_pad_mask: torch.Tensor | None = None,
-    use_cache: bool = True,
-) -> list[list[int]]:
-    """Greedy decoding: append the most likely token to prompt (B, P) until every row has
-    produced <eos>, or max_new tokens, or the sequence fills the model's max_len. Returns
-    each row's new tokens before <eos>. `context` (B, S, D) and `source_pad_mask` (B, S):
-    the encoded source that cross-attention reads (encoder-decoder).
-
-    With `use_cache`, the prompt runs once and each later step feeds only the newest token,
-    attending to the cached keys and values of the others: the same answers as
-    recomputing the whole sequence (`use_cache=False`), in time linear, not quadratic.
-    """
-    cache = model.new_cache() if use_cache else None
-    sequence = prompt.to(_device(model))
-    finished = torch.zeros(prompt.size(0), dtype=torch.bool, device=sequence.device)
-    fed = sequence
-    with eval_mode(model):
-        while True:
-            logits, _ = model.decode(fed, context=context, source_pad_mask=source_pad_mask, cache=cache)
-            next_token = logits[:, -1].argmax(-1)  # (B,)
-            sequence = torch.cat([sequence, next_token.unsqueeze(1)], dim=1)  # (B, P + generated)
-            finished |= next_token == eos_id
-            generated = sequence.size(1) - prompt.size(1)
-            if bool(finished.all()) or generated == max_new or sequence.size(1) > model.config.max_len:
-                break
-            fed = next_token.unsqueeze(1) if use_cache else sequence
-    return [cut_at_eos(row, eos_id) for row in sequence[:, prompt.size(1) :].tolist()]
-
-
-# --------------------------------------------------------------------------- shared helpers
-
-
-@contextlib.contextmanager
-def eval_mode(model: nn.Module) -> Iterator[None]:
-    """Run `model` as at inference: no dropout, no gradients; its mode is restored after.
-    (In train mode, dropout would add noise and draw from the global random stream.)"""
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.no_grad():
-            yield
-    finally:
-        model.train(was_training)
-
-
-def cut_at_eos(ids: list[int], eos_id: int) -> list[int]:
-    """An answer up to (not including) its first <eos>; all of it if there is none."""
-    return ids[: ids.index(eos_id)] if eos_id in ids else ids
-
-
-def generate_each(model: nn.Module, prompts: list[list[int]], max_new: int, eos_id: int) -> list[list[int]]:
-    """`greedy_generate` for prompts of any lengths: prompts of equal length run together,
-    so none is padded (a padded prompt would need a mask the cache does not keep)."""
-    answers: list[list[int]] = [[] for _ in prompts]
-    for length in sorted({len(p) for p in prompts}):
-        rows = [i for i, p in enumerate(prompts) if len(p) == length]
-        batch = torch.tensor([prompts[i] for i in rows])  # (rows, length)
-        for row, answer in zip(rows, greedy_generate(model, batch, max_new, eos_id), strict=True):
-            answers[row] = answer
-    return answers
-
-
-def prepend(t: torch.Tensor, value: int | bool) -> torch.Tensor:
-    """(B, L) -> (B, 1 + L) with `value` in front of every row."""
-    return torch.cat([torch.full((t.size(0), 1), value, dtype=t.dtype, device=t.device), t], dim=1)
-
-
-def encode_typed(vocab: Vocabulary, text: str, what: str = "input") -> list[int]:
-    """Typed text -> ids; empty input and unknown tokens are `UserError`s."""
-    ids = vocab.encode(text)
-    if not ids:
-        raise UserError(f"the {what} is empty")
-    return ids
-
-
-def check_length(length: int, max_len: int, what: str = "the input") -> None:
-    """A `UserError` if the model would have to read more than `max_len` tokens."""
-    if length > max_len:
-        raise UserError(f"{what} makes {length} tokens; this model reads at most model.max_len={max_len}")
-
-
-def single_pair(source: list[int], target: list[int] | None = None) -> Pairs:
-    """One example as `Pairs` (an empty target when none is known yet)."""
-    target = target or []
-    target_ids = torch.tensor([target]) if target else torch.zeros(1, 0, dtype=torch.long)
-    return Pairs(torch.tensor([source]), torch.tensor([len(source)]), target_ids, torch.tensor([len(target)]))
-
-
-def _append_eos(pairs: Pairs, eos_id: int) -> tuple[torch.Tensor, torch.Tensor]:
-    """target (B, T) -> target with <eos> written after each row's last token (B, T+1), lengths + 1."""
-    extended = torch.nn.functional.pad(pairs.target, (0, 1), value=PAD_ID)
-    extended.scatter_(1, pairs.target_len.unsqueeze(1), eos_id)
-    return extended, pairs.target_len + 1
-
-
-def _pad_or_cut(t: torch.Tensor, width: int) -> torch.Tensor:
-    if t.size(1) >= width:
-        return t[:, :width]
-    return torch.nn.functional.pad(t, (0, width - t.size(1)), value=PAD_ID)
-
-
-def _device(model: nn.Module) -> torch.device:
-    return next(model.parameters()).device

@@ -47,9 +47,12 @@ import torch
 from torch import nn
 
 from tinytf.attend import attention_sides
+from tinytf.batch import Batch
+from tinytf.device import model_device
 from tinytf.errors import UserError
 from tinytf.evaluate import evaluate
-from tinytf.framing import Batch, Framing, eval_mode
+from tinytf.framing import Framing
+from tinytf.generation import eval_mode
 from tinytf.model.hooks import Hook
 from tinytf.tasks.base import Pairs
 from tinytf.tasks.vocab import PAD_ID
@@ -297,7 +300,7 @@ def _typed_examples(model: nn.Module, framing: Framing, text: str) -> Iterator[t
 
 
 def _device_inputs(model: nn.Module, batch: Batch) -> dict[str, torch.Tensor | None]:
-    return batch.to(next(model.parameters()).device).model_inputs()
+    return batch.to(model_device(model)).model_inputs()
 
 
 def _maps(
