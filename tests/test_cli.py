@@ -227,6 +227,7 @@ def test_errors_without_a_trained_run(tmp_path):
     assert_user_error(invoke("predict", "1 2", "--run", tmp_path / "nope"), "run folder not found")
     half = tmp_path / "runs" / "half"
     (half / "checkpoints").mkdir(parents=True)
+    (half / "train.lock").touch()  # a run stopped before its first checkpoint
     (half / "config.yaml").write_text(yaml.safe_dump(TINY))
     (half / "vocab.json").write_text(json.dumps({"split": "word", "tokens": ["<pad>", "<bos>", "<sep>", "<eos>"]}))
     assert_user_error(invoke("eval", "--run", half), "no best checkpoint yet")

@@ -1,5 +1,6 @@
-"""The optimizers (tinytf/optim.py): which weights Muon takes, that the composite steps
-exactly as its parts would alone, and that the schedule and checkpoints reach both parts."""
+"""The optimizers (tinytf/optim.py, tinytf/muon.py): that Muon computes what it says and
+what torch.optim.Muon computes, which weights it takes, that the composite steps exactly
+as its parts would alone, and that the schedule and checkpoints reach both parts."""
 
 import copy
 
@@ -10,6 +11,7 @@ from conftest import tiny_config
 from tinytf.config import config_from_dict
 from tinytf.distributed import OneProcess
 from tinytf.model import build_model
+from tinytf.muon import NEWTON_SCHULZ, Muon, orthogonalise, stack_padded
 from tinytf.optim import CombinedOptimizer, make_optimizer
 from tinytf.training import _assemble
 
@@ -37,13 +39,109 @@ def names_of(model, parameters):
     return {name for name, p in model.named_parameters() if id(p) in ids}
 
 
+def test_orthogonalise_maps_each_singular_value_by_the_quintic_and_keeps_the_singular_vectors():
+    """In float64 the iteration is exact algebra: U S V^T -> U p(p(...p(S / |X|))) V^T,
+    p(s) = a s + b s^3 + c s^5, for wide matrices in a batch."""
+    torch.manual_seed(0)
+    matrices = torch.randn(3, 8, 20, dtype=torch.float64) * torch.tensor([1e-3, 1.0, 50.0]).view(3, 1, 1).double()
+    left, singular, right = torch.linalg.svd(matrices, full_matrices=False)
+    a, b, c = NEWTON_SCHULZ
+    s = singular / matrices.norm(dim=(-2, -1), keepdim=True).squeeze(-1)
+    for _ in range(5):
+        s = a * s + b * s**3 + c * s**5
+    expected = left @ torch.diag_embed(s) @ right
+    assert torch.allclose(orthogonalise(matrices, steps=5), expected, atol=1e-12)
+    assert s.min() > 0.6 and s.max() < 1.2  # the gradient's directions, each at about unit strength
+
+
+def test_zero_padding_changes_no_matrix_orthogonalised_in_a_batch():
+    """Matrices of different shapes padded into one batch come out as each alone, the
+    padding still zero."""
+    torch.manual_seed(0)
+    matrices = [torch.randn(shape, dtype=torch.float64) for shape in [(8, 20), (8, 8), (5, 12), (8, 20)]]
+    batch = stack_padded(matrices, torch.float64)
+    assert batch.shape == (4, 8, 20)
+    together = orthogonalise(batch)
+    for matrix, out in zip(matrices, together, strict=True):
+        rows, columns = matrix.shape
+        assert torch.allclose(out[:rows, :columns], orthogonalise(matrix[None])[0], atol=1e-12)
+        assert not out[rows:].any() and not out[:, columns:].any()
+
+
+def random_matrices(shapes, seed=0):
+    generator = torch.Generator().manual_seed(seed)
+    return [torch.nn.Parameter(torch.randn(*shape, generator=generator)) for shape in shapes]
+
+
+def step_three_times(optimizer, weights, seed=1):
+    generator = torch.Generator().manual_seed(seed)
+    for _ in range(3):
+        for weight in weights:
+            weight.grad = torch.randn(weight.shape, generator=generator)
+        optimizer.step()
+
+
+def test_muon_steps_as_torch_optim_muon_does():
+    """The same algorithm as torch.optim.Muon (adjust_lr_fn="match_rms_adamw"), matrices
+    tall, wide and square, several of one shape: torch orthogonalises in bfloat16, so the
+    two agree to about 1% of a step, not to float32's precision."""
+    shapes = [(16, 48), (48, 16), (16, 16), (16, 48), (32, 16)]
+    ours, theirs, initial = random_matrices(shapes), random_matrices(shapes), random_matrices(shapes)
+    step_three_times(Muon(ours, lr=1e-2, weight_decay=0.1), ours)
+    step_three_times(torch.optim.Muon(theirs, lr=1e-2, weight_decay=0.1, adjust_lr_fn="match_rms_adamw"), theirs)
+    for mine, torchs, start in zip(ours, theirs, initial, strict=True):
+        moved, expected = mine.detach() - start, torchs.detach() - start
+        assert (moved - expected).norm() < 0.03 * expected.norm(), tuple(mine.shape)
+
+
+def test_muon_in_bf16_steps_as_in_float32_to_bf16s_precision(monkeypatch):
+    """dtype=torch.bfloat16 (the step's dtype under train.precision bf16) orthogonalises
+    every matrix in one padded batch, in bfloat16; float32 one batch per shape. The steps
+    agree to about 1%, as torch.optim.Muon's bfloat16 steps do (above)."""
+    batches = []
+
+    def orthogonalise_seen(matrices, steps):
+        batches.append((matrices.dtype, tuple(matrices.shape)))
+        return orthogonalise(matrices, steps)
+
+    monkeypatch.setattr("tinytf.muon.orthogonalise", orthogonalise_seen)
+    shapes = [(16, 48), (48, 16), (16, 16), (16, 48), (32, 16), (8, 24)]
+    in_bf16, in_fp32, initial = random_matrices(shapes), random_matrices(shapes), random_matrices(shapes)
+    step_three_times(Muon(in_bf16, lr=1e-2, weight_decay=0.1, dtype=torch.bfloat16), in_bf16)
+    assert batches == [(torch.bfloat16, (6, 16, 48))] * 3
+    batches.clear()
+    step_three_times(Muon(in_fp32, lr=1e-2, weight_decay=0.1), in_fp32)
+    by_shape = [(3, 16, 48), (1, 16, 16), (1, 16, 32), (1, 8, 24)]
+    assert batches == [(torch.float32, shape) for shape in by_shape] * 3
+    for mine, reference, start in zip(in_bf16, in_fp32, initial, strict=True):
+        assert mine.dtype == torch.float32
+        moved, expected = mine.detach() - start, reference.detach() - start
+        assert (moved - expected).norm() < 0.03 * expected.norm(), tuple(mine.shape)
+
+
+def test_muon_steps_each_matrix_as_it_would_alone():
+    """Batching by shape, and transposing tall matrices, changes no weight's step."""
+    shapes = [(16, 48), (48, 16), (16, 48), (16, 16)]
+    together = random_matrices(shapes)
+    step_three_times(Muon(together, lr=1e-2, weight_decay=0.1), together)
+    for i, shape in enumerate(shapes):
+        alone = random_matrices(shapes)[i : i + 1]
+        generator = torch.Generator().manual_seed(1)
+        optimizer = Muon(alone, lr=1e-2, weight_decay=0.1)
+        for _ in range(3):
+            grads = [torch.randn(s, generator=generator) for s in shapes]  # the same draws as step_three_times
+            alone[0].grad = grads[i]
+            optimizer.step()
+        assert torch.allclose(alone[0], together[i], atol=1e-6), shape
+
+
 @pytest.mark.parametrize("tie_embeddings", [True, False])
 def test_muon_takes_the_hidden_matrices_and_adamw_the_rest(tie_embeddings):
     config = muon_config(tie_embeddings=tie_embeddings)
     model = build_model(config)
     optimizer = make_optimizer(model, config.train, torch.device("cpu"))
     muon, adamw = optimizer.parts
-    assert isinstance(muon, torch.optim.Muon) and isinstance(adamw, torch.optim.AdamW)
+    assert isinstance(muon, Muon) and isinstance(adamw, torch.optim.AdamW)
     in_muon = names_of(model, [p for group in muon.param_groups for p in group["params"]])
     in_adamw = names_of(model, [p for group in adamw.param_groups for p in group["params"]])
     every = {name for name, _ in model.named_parameters()}
@@ -82,7 +180,7 @@ def test_the_composite_steps_exactly_as_its_parts_alone():
     hidden = [p for name, p in twin.named_parameters() if name in in_muon]
     rest = [p for p in twin.parameters() if all(p is not q for q in hidden)]
     alone = [
-        torch.optim.Muon(hidden, lr=1e-2, weight_decay=0.1, adjust_lr_fn="match_rms_adamw"),
+        Muon(hidden, lr=1e-2, weight_decay=0.1),
         torch.optim.AdamW(rest, lr=1e-2, betas=(0.8, 0.95), weight_decay=0.0, fused=True),
     ]
     # (AdamW's decay differs between its two groups; the test compares without decay there)

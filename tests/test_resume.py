@@ -24,7 +24,7 @@ from conftest import (
 )
 
 from tinytf.checkpoint import load_checkpoint, save_checkpoint
-from tinytf.errors import ConfigError
+from tinytf.errors import ConfigError, UserError
 from tinytf.loggers import NullLogger
 from tinytf.runs import checkpoint_path
 from tinytf.training import train
@@ -78,6 +78,18 @@ def test_a_refused_resume_changes_nothing(run, override, fragment):
     result = invoke("train", "--resume", run, "--set", override)
     assert_user_error(result, fragment)
     assert snapshot(run) == before
+
+
+def test_a_folder_without_the_training_lock_file_is_refused_and_left_as_it_was(run, tmp_path):
+    copy = copy_run(run, tmp_path)
+    (copy / "train.lock").unlink()
+    before = snapshot(copy)
+    refused = invoke("train", "--resume", copy)
+    assert_user_error(refused, "not a run folder of this tinytf version (it has no train.lock)")
+    assert snapshot(copy) == before
+    with pytest.raises(UserError, match="not a run folder"):
+        train(tiny_config(), resume=tmp_path / "typo")
+    assert not (tmp_path / "typo").exists()
 
 
 def test_the_library_refuses_a_changed_resume_too(run):

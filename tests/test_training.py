@@ -132,6 +132,7 @@ def test_the_step_multiplies_in_its_precision_and_keeps_float32_weights(precisio
     logits, _, _ = trainer._train_step(trainer.model, trainer.window)
     step_dtype = torch.bfloat16 if precision == "bf16" else torch.float32
     assert logits.dtype == step_dtype
+    assert trainer.optimizer.parts[0].dtype == step_dtype  # Muon orthogonalises in the step's dtype
 
 
 @pytest.mark.slow  # needs a C++ compiler, and compiling takes long

@@ -63,6 +63,9 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
             f"({type(err).__name__}: {first_line(err)[:80]})"
         ) from None
     if not isinstance(state, dict) or state.get("format") != FORMAT:
+        found = state.get("format") if isinstance(state, dict) else None
+        if isinstance(found, str) and found.startswith("tinytf-checkpoint-"):
+            raise CheckpointError(f"{path}: written by another version of tinytf ({found}; this one reads {FORMAT})")
         raise CheckpointError(f"{path}: not a tinytf checkpoint (expected format {FORMAT!r})")
     checksum = state.pop("checksum", None)
     content = {key: value for key, value in state.items() if key != "format"}

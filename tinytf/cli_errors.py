@@ -13,12 +13,8 @@ from typing import TypeVar
 
 import pydantic
 import typer
+from typer import TyperException
 from typer.core import TyperGroup
-
-try:  # typer's own copy of click derives click's exceptions from this public class
-    from typer import TyperException as ClickException
-except ImportError:  # typer before its own copy runs on click itself
-    from click import ClickException
 
 from tinytf.errors import UserError
 
@@ -46,7 +42,7 @@ class OneLineUsageErrors(TyperGroup):
             return super().main(*args, standalone_mode=False, **kwargs)
         try:
             code = super().main(*args, standalone_mode=False, **kwargs)
-        except ClickException as err:
+        except TyperException as err:
             typer.echo(f"error: {usage_error_line(err)}", err=True)
             sys.exit(2)
         except typer.Abort:
@@ -57,7 +53,7 @@ class OneLineUsageErrors(TyperGroup):
         sys.exit(code if isinstance(code, int) else 0)
 
 
-def usage_error_line(err: ClickException) -> str:
+def usage_error_line(err: TyperException) -> str:
     """click's message for a usage error, on one line and named by the option it is about:
     `--format: 'bogus' is not one of 'table', 'json', ...` rather than `Invalid value for
     '--format': ...`."""

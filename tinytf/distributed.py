@@ -360,8 +360,8 @@ def join_job(requested_device: str) -> Iterator[Job]:
 
 def threads_per_process(local_world_size: int) -> int:
     """Intra-op threads of each of the `local_world_size` processes on this machine:
-    OMP_NUM_THREADS when it is set (by the user, or by torchrun: 1 for each of several
-    processes), else the machine's cores shared out evenly."""
+    OMP_NUM_THREADS when it is set (by the user; torchrun sets 1 when it starts several
+    processes on a machine), else the machine's cores shared out evenly."""
     value = os.environ.get("OMP_NUM_THREADS", "")
     if value.isdigit() and int(value) >= 1:
         return int(value)

@@ -13,8 +13,9 @@ muon: Muon (Jordan et al., 2024) on the hidden matrices -- the attention project
     AdamW's update size (Liu et al., 2025, "Muon is Scalable for LLM Training"), so both
     parts share `train.lr` and its schedule.
 
-Both are PyTorch's own (`torch.optim.AdamW`, `torch.optim.Muon`). `make_optimizer`
-returns one `torch.optim.Optimizer` either way: the training loop and the checkpoints see
+AdamW is PyTorch's own; Muon is muon.py's, `torch.optim.Muon`'s algorithm computed in
+batches, which a CPU runs several times faster. `make_optimizer` returns one
+`torch.optim.Optimizer` either way: the training loop and the checkpoints see
 one set of parameter groups and one state dict. `learning_rate(step, settings)` is the
 schedule, a function of the step alone: a resumed run needs nothing but its step.
 """
@@ -27,6 +28,7 @@ import torch
 from torch import nn
 
 from tinytf.config import TrainConfig
+from tinytf.muon import Muon
 
 # Weights that map to or from tokens stay with AdamW under Muon, as in Muon's own recipe:
 # the token embedding (also the output layer when tied) and an untied output layer.
@@ -48,8 +50,11 @@ def set_learning_rate(optimizer: torch.optim.Optimizer, lr: float) -> None:
         group["lr"] = lr
 
 
-def make_optimizer(model: nn.Module, settings: TrainConfig, device: torch.device) -> torch.optim.Optimizer:
-    """The optimizer `settings.optimizer` names, for `model`'s parameters."""
+def make_optimizer(
+    model: nn.Module, settings: TrainConfig, device: torch.device, dtype: torch.dtype = torch.float32
+) -> torch.optim.Optimizer:
+    """The optimizer `settings.optimizer` names, for `model`'s parameters; `dtype` is the
+    training step's (torch.bfloat16 under bf16 autocast), in which Muon orthogonalises."""
     hidden, decay, no_decay = [], [], []
     for name, parameter in model.named_parameters():
         if parameter.dim() < 2 or "positions" in name:
@@ -63,8 +68,7 @@ def make_optimizer(model: nn.Module, settings: TrainConfig, device: torch.device
     adamw = torch.optim.AdamW(groups, lr=settings.lr, betas=settings.betas, fused=device.type in ("cpu", "cuda"))
     if settings.optimizer == "adamw":
         return adamw
-    # match_rms_adamw: an update of AdamW's size, lr 0.2 sqrt(max(m, n)) for an m x n matrix.
-    muon = torch.optim.Muon(hidden, lr=settings.lr, weight_decay=settings.weight_decay, adjust_lr_fn="match_rms_adamw")
+    muon = Muon(hidden, lr=settings.lr, weight_decay=settings.weight_decay, dtype=dtype)
     return CombinedOptimizer(muon, adamw)
 
 

@@ -3,8 +3,8 @@
 `load_yaml(text)` runs no tags (a `yaml.SafeLoader`) and raises `RefusedYaml`, naming the
 line, for an anchor or alias (no config needs one, and aliases can multiply a few bytes
 into billions of values), for nesting deeper than `MAX_DEPTH` (PyYAML builds nested values
-recursively: a few thousand levels overflow Python's stack) and for a key given twice in
-one mapping (YAML would silently keep the last one). It also returns the line of every key,
+recursively: a few thousand levels overflow Python's stack), for a merge key (`<<`) and for
+a key given twice in one mapping (YAML would silently keep the last one). It also returns the line of every key,
 for error messages. Text that is not YAML raises `yaml.YAMLError`; `describe_yaml_error`
 says why in one line.
 """
@@ -80,18 +80,18 @@ def _key_lines(root: yaml.Node | None) -> Lines:
 
 
 class _ConfigLoader(yaml.SafeLoader):
-    """`yaml.SafeLoader` (no tags run) that refuses a key given twice in one mapping:
+    """`yaml.SafeLoader` (no tags run) that refuses merge keys and a key given twice in one mapping:
     YAML would keep the last one and silently drop the first (a second `model:` section
     would replace the first whole)."""
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
         if isinstance(node, yaml.MappingNode):
             first_lines: dict[Any, int] = {}
-            for key_node, _ in node.value:  # before merge keys (<<) are flattened in: those may be overridden
-                if key_node.tag == "tag:yaml.org,2002:merge":
-                    continue
-                key = self.construct_object(key_node, deep=True)
+            for key_node, _ in node.value:
                 line = key_node.start_mark.line + 1
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    raise RefusedYaml(f"line {line}: YAML merge keys (<<) are not supported in a config")
+                key = self.construct_object(key_node, deep=True)
                 try:
                     first = first_lines.get(key)
                 except TypeError:  # an unhashable key: the base class explains

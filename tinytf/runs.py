@@ -51,6 +51,8 @@ def open_for_resume(run_dir: Path, config: Config, lock: contextlib.ExitStack) -
     """The run's last state and vocabulary, once `config` is known to continue it. The run
     is locked (on `lock`) before anything is read, so no other trainer writes meanwhile;
     everything is checked before anything is written: a refused resume changes nothing."""
+    if not (Path(run_dir) / LOCK_FILE).is_file():  # (locking would create it)
+        raise UserError(f"{run_dir}: not a run folder of this tinytf version (it has no {LOCK_FILE})")
     lock.enter_context(exclusive_training(run_dir))
     check_unchanged(load_run_config(run_dir / CONFIG_FILE), config)
     check_data(run_dir, get_task(config.task))

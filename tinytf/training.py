@@ -164,10 +164,11 @@ class Trainer:
         self.settings, self.log, self.loggers = settings, log, list(loggers)
         self.device, self.run_dir = torch.device(device), run_dir
         # "bf16" or "fp32". A torchrun job agrees: bf16 only if every process's machine chose
-        # it, so that every process computes its step the same way.
+        # it, so that every process steps its weights the same way (Muon orthogonalises in it).
         precision = step_precision(self.device, settings.precision)
         self.precision = "fp32" if self.job.any(precision == "fp32") else precision
-        self.optimizer = make_optimizer(model, settings, self.device)
+        step_dtype = torch.bfloat16 if self.precision == "bf16" else torch.float32
+        self.optimizer = make_optimizer(model, settings, self.device, step_dtype)
         self.step = 0
         self.saved_step = 0  # the step of checkpoints/last.pt
         self.best_score: list[float] | None = None  # (seq_acc, -loss) of checkpoints/best.pt
@@ -310,7 +311,7 @@ class Trainer:
                 logger.heads(self.step, scores)
 
     def _lr(self) -> float:
-        return learning_rate(self.step, self.settings)  # what the step from self.step on uses
+        return learning_rate(self.step, self.settings)  # the rate of step `self.step`, the next to run
 
     def state_dict(self) -> dict:
         """Everything a resumed run needs to continue exactly: weights, optimizer moments,

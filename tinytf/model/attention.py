@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from tinytf.model.hooks import Probe
-from tinytf.model.masks import bias_from_allowed, causal_allowed
+from tinytf.model.masks import bias_from_allowed, continuation_bias
 from tinytf.model.positional import RotaryPositions
 
 
@@ -154,8 +154,8 @@ class MultiHeadAttention(nn.Module):
         if is_causal and attn_bias is not None:
             raise ValueError("pass either is_causal or an attn_bias that already holds the causal mask, not both")
         q, k, v, past = self._queries_keys_values(x, context, rope, cache)
-        if is_causal and past:  # the new queries are the last T_q positions, not the first: (T_q, T_k)
-            is_causal, attn_bias = False, bias_from_allowed(causal_allowed(q.size(2), k.size(2), q.device), q.dtype)
+        if is_causal and past:  # the new queries are the last T_q positions, not the first
+            is_causal, attn_bias = False, continuation_bias(q.size(2), k.size(2), q.device, q.dtype)
         dropout = self.dropout if self.training else 0.0
         if probe is not None:
             q, k, v = (probe(f"{self.name}.{part}", t) for part, t in (("q", q), ("k", k), ("v", v)))

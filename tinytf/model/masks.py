@@ -34,6 +34,14 @@ def causal_allowed(query_len: int, key_len: int, device: torch.device | None = N
     return key_pos <= query_pos  # (T_q, 1) vs (1, T_k) -> (T_q, T_k)
 
 
+def continuation_bias(query_len: int, key_len: int, device: torch.device, dtype: torch.dtype) -> torch.Tensor | None:
+    """The causal bias of `query_len` new queries that continue a cached prefix of
+    `key_len - query_len` keys, (T_q, T_k); None for one query, which may see every key."""
+    if query_len == 1:
+        return None
+    return bias_from_allowed(causal_allowed(query_len, key_len, device), dtype)
+
+
 def bias_from_allowed(allowed: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """Bool "may attend" mask (True = allowed) -> additive bias of the same shape:
     0 where allowed, the most negative finite float where not."""

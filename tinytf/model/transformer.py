@@ -117,8 +117,8 @@ class Transformer(nn.Module):
         """Token ids (B, T) at positions start..start+T-1 -> embeddings with positions (B, T, D).
         `name`: the argument that `tokens` came in as, for the error if they are not ids; the
         probe sees the result as "source_embed" for the source, else "embed"."""
-        # The values are checked where ids come in from outside: a training step reads the
-        # task's own batches, and reading them back would wait for the device at every step.
+        # The values are checked in eval mode, where typed text and a user's calls come in; a
+        # training step trusts the task's batches (reading them back would wait for the GPU).
         check_ids(tokens, self.vocab_size, name, values=not self.training)
         end = start + tokens.size(1)
         if end > self.config.max_len:
