@@ -5,7 +5,7 @@ torch.optim.Muon orthogonalises each matrix alone, in bfloat16. On a CPU that is
 twice over: every small product has a fixed cost, and a CPU without bf16 instructions
 emulates bfloat16. Here the matrices are orthogonalised together, as batched products,
 in the training step's dtype: float32 unless the step runs in bf16 (docs/performance.md
-has the measured difference). tests/test_optim.py holds its steps to torch's.
+says what that buys). tests/test_optim.py holds its steps to torch's.
 """
 
 from __future__ import annotations
