@@ -151,7 +151,7 @@ class TorchrunJob:
     def __init__(self, launch: Launch, requested_device: str) -> None:
         self.rank, self.world_size, self.local_rank = launch.rank, launch.world_size, launch.local_rank
         self.is_main = self.rank == 0
-        self.collective_failed = False  # see `_collective`
+        self.collective_failed = False  # see `_marking_failures`
         self.device = self._agree_on_device(requested_device)
         # Gradients: NCCL between GPUs; everything else (and everything on CPUs): the default gloo group.
         self.gradient_group = None
@@ -227,27 +227,27 @@ class TorchrunJob:
     def sum(self, value: torch.Tensor) -> torch.Tensor:
         """`value` summed over the processes (the same on every process)."""
         total = value.detach().to("cpu", copy=True)  # gloo reduces on the CPU
-        with self.noticing_failures(), self._collective():
+        with self._collective():
             dist.all_reduce(total)
         return total.to(value.device)
 
     def total(self, correct: Correct) -> Correct:
         counts = torch.tensor([correct.tokens, correct.scored, correct.sequences, correct.rows])
-        with self.noticing_failures(), self._collective():
+        with self._collective():
             dist.all_reduce(counts)
         return Correct(*counts.tolist())
 
     def any(self, flag: bool) -> bool:
         """True on every process if `flag` is True on any."""
         raised = torch.tensor([int(flag)])
-        with self.noticing_failures(), self._collective():
+        with self._collective():
             dist.all_reduce(raised, op=dist.ReduceOp.MAX)
         return bool(raised.item())
 
     def from_main(self, value: T) -> T:
         """Rank 0's `value`, on every process."""
         box = [value if self.is_main else None]
-        with self.noticing_failures(), self._collective():
+        with self._collective():
             dist.broadcast_object_list(box, src=0)
         return box[0]
 
@@ -268,7 +268,7 @@ class TorchrunJob:
     def gather(self, value: T) -> list[T]:
         """Every process's `value`, in rank order, on every process."""
         values: list[Any] = [None] * self.world_size
-        with self.noticing_failures(), self._collective():
+        with self._collective():
             dist.all_gather_object(values, value)
         return values
 
@@ -294,9 +294,15 @@ class TorchrunJob:
 
     @contextlib.contextmanager
     def _collective(self) -> Iterator[None]:
-        """Around collectives alone: an error raised there is the job's, not this process's
-        own. gloo reports a closed connection or a timeout as a plain `RuntimeError` (as any
-        tensor error is), so the failure is known by where it rose: this marks the job broken."""
+        """Around one of our collectives: its failure is a `JobFailed` (`noticing_failures`)."""
+        with self.noticing_failures(), self._marking_failures():
+            yield
+
+    @contextlib.contextmanager
+    def _marking_failures(self) -> Iterator[None]:
+        """An error raised by a collective is the job's, not this process's own. gloo reports a
+        closed connection or a timeout as a plain `RuntimeError` (as any tensor error is), so
+        the failure is known by where it rose: this marks the job broken."""
         try:
             yield
         except RuntimeError:  # DistError too: it is one
@@ -305,7 +311,7 @@ class TorchrunJob:
 
     def _summed(self, future: torch.futures.Future) -> torch.Tensor:
         """The all-reduced bucket of `_sum_gradients` (run by the backend's thread)."""
-        with self._collective():
+        with self._marking_failures():
             return future.value()[0]
 
 
@@ -317,7 +323,7 @@ def _sum_gradients(job, bucket):  # (TorchrunJob, dist.GradBucket) -> Future[Ten
     default hook averages them, which would divide the batch's gradient by their number).
     Unannotated: DDP compares the annotations with the real classes, and this module's
     are strings (`from __future__ import annotations`)."""
-    with job._collective():
+    with job._marking_failures():  # (raised in DDP's backward, where run()'s noticing_failures sees it)
         work = dist.all_reduce(bucket.buffer(), group=job.gradient_group, async_op=True)
     return work.get_future().then(job._summed)
 
@@ -349,7 +355,7 @@ def join_job(requested_device: str) -> Iterator[Job]:
         # Leave together. A process that tore its group down while another still held its
         # connections aborted now and then in C++ ("terminate called without an active
         # exception"): 3 of 22 two-process jobs here, 0 of 50 with this barrier.
-        with job.noticing_failures(), job._collective():
+        with job._collective():
             dist.barrier()
     finally:
         if job is not None:
