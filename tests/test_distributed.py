@@ -10,6 +10,7 @@ a small script that patches tinytf, then runs the CLI exactly as `-m tinytf` wou
 """
 
 import contextlib
+import json
 import os
 import signal
 import socket
@@ -21,7 +22,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import SUBPROCESS_ENV, CtrlCAt, read_metrics, tiny_config, tiny_data, write_config
+from conftest import SUBPROCESS_ENV, CtrlCAt, invoke, read_metrics, tiny_config, tiny_data, write_config
 
 from tinytf.checkpoint import load_checkpoint
 from tinytf.distributed import JobFailed, TorchrunJob, threads_per_process
@@ -226,9 +227,19 @@ def wait_for(ready, process, timeout=60):
         time.sleep(0.05)
 
 
-def test_resume_after_every_process_was_killed_replays_the_lost_steps_exactly(tmp_path):
-    # With dropout: each process's own random stream must be saved and restored too.
-    data = tiny_data(train={"checkpoint_every": 4, "eval_every": 2}, log={"every": 1})
+def logged_steps(run_dir):
+    """The last step of a run's metrics.jsonl as it is being written (a torn last line aside)."""
+    text = (run_dir / "metrics.jsonl").read_text()
+    return json.loads(text[: text.rindex("\n")].rsplit("\n", 1)[-1])["step"]
+
+
+def test_resume_after_every_process_was_killed_replays_the_lost_steps_exactly_and_ctrl_c_saves(tmp_path):
+    # With dropout: each process's own random stream must be saved and restored too. The
+    # schedule ends at step 12 whatever train.steps is, so the job runs until Ctrl-C.
+    data = tiny_data(
+        train={"steps": 100_000, "decay_steps": 12, "checkpoint_every": 4, "eval_every": 2},
+        log={"every": 1},
+    )
     assert data["model"]["dropout"] > 0
     config = write_config(tmp_path, data)
 
@@ -271,14 +282,36 @@ def test_resume_after_every_process_was_killed_replays_the_lost_steps_exactly(tm
     before_kill = [(r["step"], r["split"], r["loss"]) for r in read_metrics(killed)]
     assert before_kill[-1][0] == 11
 
-    resumed = torchrun("-m", "tinytf", "train", "--resume", killed, cwd=tmp_path)
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert load_checkpoint(checkpoint_path(killed, "last"))["step"] == 12
+    # The resumed job goes past the lost steps until Ctrl-C, which torchrun forwards to every
+    # process: rank 0 alone saves and says how to resume.
+    resumed = subprocess.Popen(
+        [*TORCHRUN, "-m", "tinytf", "train", "--resume", str(killed)],
+        cwd=tmp_path,
+        env=SUBPROCESS_ENV,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        wait_for(lambda: logged_steps(killed) >= 13, resumed)
+        resumed.send_signal(signal.SIGINT)
+        _, stderr = resumed.communicate(timeout=25)  # a hang: torchrun's own grace is 30 s
+    finally:
+        if resumed.poll() is None:
+            os.killpg(resumed.pid, signal.SIGKILL)
     # Steps 9-11 ran twice, before the kill and after the resume from step 8: every loss of
     # theirs, on the training batches and the held-out set, is the same to the last bit.
     after_resume = [(r["step"], r["split"], r["loss"]) for r in read_metrics(killed)]
     assert [row for row in after_resume if row[0] <= 11] == before_kill
-    assert {row[0] for row in after_resume if row[0] > 8} == {9, 10, 11, 12}
+    assert {row[0] for row in after_resume if 8 < row[0] <= 13} == {9, 10, 11, 12, 13}
+
+    assert "forcefully exiting" not in stderr
+    step = load_checkpoint(checkpoint_path(killed, "last"))["step"]
+    assert 13 <= step < 100_000
+    assert stderr.count(f"interrupted at step {step}; checkpoint saved in ") == 1  # rank 0 alone
+    assert f"resume with: torchrun --nproc-per-node 2 -m tinytf train --resume {killed}\n" in stderr
+    assert "[rank0]:" not in stderr and "[rank1]:" not in stderr  # no traceback from a trainer (torchrun shows its own)
 
 
 @pytest.mark.skipif(not Path("/proc/self/task").is_dir(), reason="reads a process's threads from Linux's /proc")
@@ -293,38 +326,6 @@ def test_no_gloo_thread_outlives_the_job(equal_runs):
         )
         assert [name for name in before if "gloo" in name], before  # the listing sees gloo's threads...
         assert not [name for name in at_exit if "gloo" in name], (rank, at_exit)  # ...and none is left
-
-
-def test_ctrl_c_saves_once_from_rank_0_and_every_process_exits(tmp_path):
-    data = tiny_data(
-        train={"steps": 100_000, "eval_every": 100_000, "checkpoint_every": 100_000},
-        log={"every": 20, "attention_every": None},
-    )
-    config = write_config(tmp_path, data)
-    command = [*TORCHRUN, "-m", "tinytf", "train", str(config), "--runs-dir", str(tmp_path / "runs")]
-    job = subprocess.Popen(
-        command,
-        cwd=tmp_path,
-        env=SUBPROCESS_ENV,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        wait_for(lambda: any((tmp_path / "runs").glob("*/metrics.jsonl")), job)  # training has begun
-        job.send_signal(signal.SIGINT)  # what Ctrl-C sends torchrun; it forwards it to every process
-        _, stderr = job.communicate(timeout=25)  # a hang: torchrun's own grace is 30 s
-    finally:
-        if job.poll() is None:
-            os.killpg(job.pid, signal.SIGKILL)
-    assert "forcefully exiting" not in stderr
-    (run_dir,) = (tmp_path / "runs").iterdir()
-    step = load_checkpoint(checkpoint_path(run_dir, "last"))["step"]
-    assert 0 < step < 100_000
-    assert stderr.count(f"interrupted at step {step}; checkpoint saved in ") == 1  # rank 0 alone
-    assert f"resume with: torchrun --nproc-per-node 2 -m tinytf train --resume {run_dir}\n" in stderr
-    assert "[rank0]:" not in stderr and "[rank1]:" not in stderr  # no traceback from a trainer (torchrun shows its own)
 
 
 def test_a_process_that_fails_stops_the_job_within_seconds(tmp_path):
@@ -370,17 +371,26 @@ def test_only_errors_that_rose_in_a_collective_count_as_another_process_gone():
         signal.signal(signal.SIGTERM, sigterm)  # JobFailed ignores SIGTERM from then on
 
 
-def test_a_batch_that_cannot_be_shared_is_one_error_line_from_rank_0(tmp_path):
+@pytest.mark.parametrize("rank", [0, 1])
+def test_a_batch_that_cannot_be_shared_is_one_error_line_from_rank_0(rank, tmp_path, monkeypatch):
+    # Each process of a 2-process job, in this one: every process refuses the config before
+    # joining the job (so none waits on another), rank 0 alone says why; both exit with 2.
+    environment = {"RANK": rank, "WORLD_SIZE": 2, "LOCAL_RANK": rank, "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": 1}
+    for name, value in environment.items():
+        monkeypatch.setenv(name, str(value))
+
+    def join(*args, **kwargs):
+        raise AssertionError("joined the job before checking its config")
+
+    monkeypatch.setattr(torch.distributed, "init_process_group", join)
     config = write_config(tmp_path, tiny_data(train={"batch_size": 9}))
-    job = torchrun("-m", "tinytf", "train", config, "--runs-dir", tmp_path / "runs", cwd=tmp_path)
-    assert job.returncode != 0
-    ours = [line for line in job.stderr.splitlines() if line.startswith("error: ")]
-    assert ours == [
+    result = invoke("train", config, "--runs-dir", tmp_path / "runs")
+    assert result.exit_code == 2
+    expected = (
         "error: train.batch_size=9: the global batch, shared equally by the 2 processes of this "
-        "torchrun job; use a multiple of 2"
-    ]
-    assert "[rank0]: Traceback" not in job.stderr and "[rank1]: Traceback" not in job.stderr
-    assert "exitcode  : 2" in job.stderr  # a user error's exit code (torchrun reports the first to stop)
+        "torchrun job; use a multiple of 2\n"
+    )
+    assert result.output == (expected if rank == 0 else "")
     assert not (tmp_path / "runs").exists()
 
 

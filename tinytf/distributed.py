@@ -96,6 +96,14 @@ class Launch:
             )
         return cls(rank, world_size, local_rank, local_world_size)
 
+    def check_batch_size(self, batch_size: int) -> None:
+        if batch_size % self.world_size:
+            raise ConfigError(
+                f"train.batch_size={batch_size}: the global batch, shared equally by the "
+                f"{self.world_size} processes of this torchrun job; use a multiple of "
+                f"{self.world_size}"
+            )
+
 
 class OneProcess:
     """Training in this process alone, as without torchrun: every method is the identity."""
@@ -104,9 +112,6 @@ class OneProcess:
     is_main = True
     device: torch.device | None = None  # train.device decides
     stop_signals = (signal.SIGINT,)  # Ctrl-C
-
-    def check_batch_size(self, batch_size: int) -> None:
-        pass
 
     def own_random_stream(self, seed: int) -> None:
         pass
@@ -179,14 +184,6 @@ class TorchrunJob:
     def close(self) -> None:
         if self.gradient_group is not None:
             dist.destroy_process_group(self.gradient_group)
-
-    def check_batch_size(self, batch_size: int) -> None:
-        if batch_size % self.world_size:
-            raise ConfigError(
-                f"train.batch_size={batch_size}: the global batch, shared equally by the "
-                f"{self.world_size} processes of this torchrun job; use a multiple of "
-                f"{self.world_size}"
-            )
 
     def own_random_stream(self, seed: int) -> None:
         """Dropout masks: rank 0 draws the stream one process would; every other process its own."""
@@ -329,7 +326,7 @@ def _sum_gradients(job, bucket):  # (TorchrunJob, dist.GradBucket) -> Future[Ten
 
 
 @contextlib.contextmanager
-def join_job(requested_device: str) -> Iterator[Job]:
+def join_job(requested_device: str, batch_size: int) -> Iterator[Job]:
     """This process's part in the torchrun job that started it, for the duration of the
     block: threads set, the process group joined (and left at the end), the device agreed.
     `OneProcess()` when torchrun did not start it: nothing changes."""
@@ -337,6 +334,7 @@ def join_job(requested_device: str) -> Iterator[Job]:
     if launch is None:
         yield OneProcess()
         return
+    launch.check_batch_size(batch_size)  # every process reads the same config: each refuses it alone, at once
     torch.set_num_threads(threads_per_process(launch.local_world_size))
     owned = not dist.is_initialized()  # a program that joined a group itself keeps it
     if owned:

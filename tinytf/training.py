@@ -104,7 +104,10 @@ def train(
     if resume is None and config.task.path is not None:  # the run keeps working from any folder
         absolute = str(Path(config.task.path).resolve())
         config = config.model_copy(update={"task": config.task.model_copy(update={"path": absolute})})
-    with join_job(config.train.device) as job, contextlib.ExitStack() as lock:  # lock: rank 0's, on the run
+    with (
+        join_job(config.train.device, config.train.batch_size) as job,
+        contextlib.ExitStack() as lock,
+    ):  # lock: rank 0's, on the run
         state, vocab = None, None
         if resume is not None:  # rank 0 checks the run and reads its state; a problem is every process's error
             state, vocab = job.on_main(lambda: open_for_resume(resume, config, lock))
@@ -159,7 +162,6 @@ class Trainer:
         job: Job | None = None,
     ) -> None:
         self.job = job if job is not None else OneProcess()
-        self.job.check_batch_size(settings.batch_size)
         self.model, self.framing, self.data = model, framing, data
         self.settings, self.log, self.loggers = settings, log, list(loggers)
         self.device, self.run_dir = torch.device(device), run_dir
