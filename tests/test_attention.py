@@ -261,3 +261,74 @@ def test_attention_weights_are_taken_before_dropout():
     _, undropped = attention(q, k, v)
     torch.testing.assert_close(weights, undropped)
     assert not torch.allclose(out, undropped @ v)  # the output did see dropout
+
+
+MASK_KINDS = ["bool", "-inf", "most-negative-float"]  # the three ways to hide a key
+
+
+def hiding_query_2(kind, query_len=5, key_len=7):
+    """A (T_q, T_k) mask of the given kind under which query 2 may see no key and every other
+    query at least one; returns it with the same mask as bool (True = may attend)."""
+    allowed = some_allowed(query_len, key_len)
+    allowed[2] = False
+    if kind == "bool":
+        return allowed, allowed
+    hidden = float("-inf") if kind == "-inf" else torch.finfo(torch.float32).min
+    return allowed, torch.zeros(query_len, key_len).masked_fill(~allowed, hidden)
+
+
+@pytest.mark.parametrize("kind", MASK_KINDS)
+def test_a_query_that_may_see_no_key_gets_zero_weights_and_a_zero_output(kind):
+    q, k, v = random_qkv()
+    allowed, mask = hiding_query_2(kind)
+    out, weights = attention(q, k, v, attn_mask=mask)
+    assert torch.equal(weights[..., 2, :], torch.zeros(2, 3, 7))  # exactly zero, not uniform, not NaN
+    assert torch.equal(out[..., 2, :], torch.zeros(2, 3, 8))
+    # torch's kernel with the bool mask gives the same zeros, and the other rows are torch's
+    torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v, attn_mask=allowed), **TOL)
+    seeing = [0, 1, 3, 4]
+    same_mask = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+    torch.testing.assert_close(out[..., seeing, :], same_mask[..., seeing, :], **TOL)
+    torch.testing.assert_close(weights[..., seeing, :].sum(-1), torch.ones(2, 3, 4))
+
+
+@pytest.mark.parametrize("kind", MASK_KINDS)
+def test_gradients_through_a_query_that_may_see_no_key_are_finite_and_torchs(kind):
+    allowed, mask = hiding_query_2(kind)
+    gradients = []
+    for ours in (True, False):
+        q, k, v = (t.requires_grad_() for t in random_qkv())
+        if ours:
+            out, _ = attention(q, k, v, attn_mask=mask)
+        else:
+            out = F.scaled_dot_product_attention(q, k, v, attn_mask=allowed)
+        out.sum().backward()
+        gradients.append([q.grad, k.grad, v.grad])
+    for ours, torchs in zip(*gradients, strict=True):
+        assert torch.isfinite(ours).all()
+        torch.testing.assert_close(ours, torchs, **TOL)
+    assert torch.equal(gradients[0][0][..., 2, :], torch.zeros(2, 3, 8))  # its output depends on nothing
+
+
+@pytest.mark.parametrize("kind", ["self", "cross"])
+def test_both_paths_give_a_query_whose_keys_are_all_padding_nothing_to_read(kind):
+    ours, _ = twin_modules()
+    x = torch.randn(3, 6, D_MODEL)
+    context = None if kind == "self" else torch.randn(3, 5, D_MODEL)
+    key_len = 6 if context is None else 5
+    bias = attention_bias(padding(3, key_len, [key_len, 0, 3]), 6, causal=kind == "self")  # sequence 1: all PAD
+    results = []
+    for explicit in (True, False):
+        given = x.clone().requires_grad_()
+        out, weights = ours(given, context, attn_bias=bias, return_attention=explicit)
+        out.sum().backward()
+        results.append((out, given.grad))
+        if explicit:
+            assert torch.equal(weights[1], torch.zeros(N_HEADS, 6, key_len))
+            torch.testing.assert_close(weights[[0, 2]].sum(-1), torch.ones(2, N_HEADS, 6))
+    (explicit_out, explicit_grad), (fused_out, fused_grad) = results
+    torch.testing.assert_close(fused_out, explicit_out, **TOL)
+    torch.testing.assert_close(fused_grad, explicit_grad, **TOL)
+    # reading no value, each of those queries outputs W_O's bias alone, and sends back no gradient
+    torch.testing.assert_close(explicit_out[1], ours.out_proj.bias.expand(6, D_MODEL))
+    assert torch.equal(explicit_grad[1], torch.zeros(6, D_MODEL))

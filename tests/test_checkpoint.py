@@ -2,6 +2,7 @@
 damaged, foreign, unreadable or tampered with (a right checksum over contents that are not a
 training state)."""
 
+import errno
 import os
 import pickle
 
@@ -16,15 +17,16 @@ from tinytf.runs import checkpoint_path
 
 def test_checkpoint_writes_are_atomic(tmp_path, monkeypatch):
     path = tmp_path / "last.pt"
-    save_checkpoint({"step": 1, "weights": torch.ones(3)}, path)
+    save_checkpoint({"step": 1, "config": {}, "model": {"w": torch.ones(3)}}, path)
 
-    def crash_midway(obj, file, *args, **kwargs):
-        file.write(b"half a checkpoint")
-        raise OSError("disk full")
+    def crash_midway(descriptor):  # the new file's bytes are written, not yet on disk
+        raise OSError(errno.EIO, "Input/output error")
 
-    monkeypatch.setattr(torch, "save", crash_midway)
-    with pytest.raises(OSError, match="disk full"):
-        save_checkpoint({"step": 2, "weights": torch.zeros(3)}, path)
+    monkeypatch.setattr(os, "fsync", crash_midway)
+    with pytest.raises(OSError, match="Input/output error") as raised:
+        save_checkpoint({"step": 2, "config": {}, "model": {"w": torch.zeros(3)}}, path)
+    assert raised.value.filename == str(path)  # named, though the write itself names no file
+    monkeypatch.undo()
     assert load_checkpoint(path)["step"] == 1  # the previous checkpoint survives whole
     assert [p.name for p in tmp_path.iterdir()] == ["last.pt"]  # and no temporary file is left
 
@@ -110,15 +112,18 @@ def test_a_checkpoint_without_its_checksum_is_refused_and_changes_nothing(run, t
 
 def test_load_checkpoint_refuses_the_wrong_kinds_of_data(tmp_path):
     path = tmp_path / "x.pt"
-    save_checkpoint({"step": 0, "weights": torch.ones(2)}, path)  # other keys: any data
+    save_checkpoint({"step": 0, "config": {}, "model": {}, "weights": torch.ones(2)}, path)  # other keys: any data
     assert load_checkpoint(path)["step"] == 0
     for state, fragment in [
         ({"step": "abc"}, "'step' is 'abc'"),
         ({"step": 1.0}, "'step' is 1.0"),
         ({"weights": torch.ones(2)}, "it has no 'step'"),
-        ({"step": 1, "model": torch.ones(2)}, "'model' is a tensor of shape (2,)"),
-        ({"step": 1, "model": {"w": [1.0]}}, "'model' maps 'w' to a list of 1"),
-        ({"step": 1, "best": "x" * 100}, "'best' is 'xxxx"),
+        ({"step": 1, "model": {}}, "'config' is None, not the model and task settings it was trained with"),
+        ({"step": 1, "config": ["model.n_heads"], "model": {}}, "'config' is a list of 1"),
+        ({"step": 1, "config": {}}, "it has no 'model'"),
+        ({"step": 1, "config": {}, "model": torch.ones(2)}, "'model' is a tensor of shape (2,)"),
+        ({"step": 1, "config": {}, "model": {"w": [1.0]}}, "'model' maps 'w' to a list of 1"),
+        ({"step": 1, "config": {}, "model": {}, "best": "x" * 100}, "'best' is 'xxxx"),
     ]:
         save_checkpoint(state, path)
         with pytest.raises(CheckpointError, match="not a usable tinytf checkpoint") as raised:
@@ -171,10 +176,19 @@ TAMPERINGS = {
     "step is negative": (replaced(step=-1), "'step' is -1, not a whole number >= 0"),
     "step is a boolean": (replaced(step=True), "'step' is True"),
     "no step": (without("step"), "it has no 'step'"),
-    "no model": (without("model"), "'model'"),
+    "no model": (without("model"), "it has no 'model'"),
     "model maps to strings": (lambda s: {**s, "model": dict.fromkeys(s["model"], "x")}, "'model' maps"),
     "optimizer is a list": (replaced(optimizer=[1, 2]), "'optimizer' is a list of 2, not a mapping"),
     "window is None": (replaced(window=None), "'window' is None, not a mapping"),
+    "a weight is NaN": (
+        lambda s: {**s, "model": {**s["model"], "token_embedding.weight": s["model"]["token_embedding.weight"] / 0}},
+        "its weight 'token_embedding.weight' holds NaN or infinity; not loaded",
+    ),
+    "a weight of another shape": (
+        lambda s: {**s, "model": {**s["model"], "decoder.final_norm.bias": torch.zeros(3)}},
+        "its weight 'decoder.final_norm.bias' has shape (3,), the config's model (16,)",
+    ),
+    "no config": (without("config"), "'config' is None, not the model and task settings it was trained with"),
 }
 
 
@@ -218,10 +232,44 @@ def test_a_tampered_checkpoint_is_one_line_for_every_command(run, tmp_path, case
     tamper, fragment = TAMPERINGS[case]
     copy = tampered_copy(run, tmp_path, tamper)
     before = snapshot(copy)
-    for args in (["attend", "0 1 2"], ["eval"], ["predict", "0 1 2"], ["train", "--resume"]):
+    commands = (["attend", "0 1 2"], ["heads"], ["eval"], ["predict", "0 1 2"], ["train", "--resume"])
+    for args in commands:
         run_option = [] if args[0] == "train" else ["--run"]
         assert_user_error(invoke(*args, *run_option, copy), fragment)
     assert snapshot(copy) == before  # a refused resume changes nothing
+
+
+# Edits of a run's config.yaml that the weights' shapes do not show: each would load and answer differently.
+CONFIG_EDITS = {
+    "n_heads": ("n_heads: 2", "n_heads: 4", "model.n_heads=2, the config says 4"),
+    "positional": (
+        "positional: sinusoidal",
+        "positional: learned",
+        "model.positional='sinusoidal', the config says 'learned'",
+    ),
+    "task": ("name: sort", "name: reverse", "task.name='sort', the config says 'reverse'"),
+}
+
+
+@pytest.mark.parametrize("edit", CONFIG_EDITS)
+def test_a_run_whose_config_was_edited_is_refused_naming_the_setting(run, tmp_path, edit):
+    before, after, fragment = CONFIG_EDITS[edit]
+    copy = copy_run(run, tmp_path)
+    config = copy / "config.yaml"
+    assert before in config.read_text()
+    config.write_text(config.read_text().replace(before, after))
+    snapshot_before = snapshot(copy)
+    for args in (
+        ["attend", "0 1 2", "--format", "html"],
+        ["heads"],
+        ["eval"],
+        ["predict", "0 1 2"],
+        ["train", "--resume"],
+    ):
+        run_option = [] if args[0] == "train" else ["--run"]
+        result = invoke(*args, *run_option, copy)
+        assert_user_error(result, f"does not belong with {config}: it was trained with {fragment}")
+    assert snapshot(copy) == snapshot_before
 
 
 @pytest.mark.parametrize("case", RESUME_ONLY)

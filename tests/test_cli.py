@@ -3,6 +3,7 @@ line with exit code 2 for every mistake, through the CLI and through `python -m 
 
 import functools
 import json
+import os
 import subprocess
 import sys
 
@@ -179,6 +180,21 @@ def test_usage_errors_through_python_dash_m():
         assert process.returncode == 2, (args, process.stderr)
         assert process.stderr.startswith(start) and process.stderr.count("\n") == 1, (args, process.stderr)
         assert process.stdout == ""
+
+
+def test_a_reader_that_leaves_early_ends_the_command_quietly():
+    # `tinytf tasks | head -1`: the pipe's reader is gone before the command writes.
+    read, write = os.pipe()
+    os.close(read)
+    with os.fdopen(write, "wb") as pipe:
+        process = subprocess.run(
+            [sys.executable, "-m", "tinytf", "tasks"],
+            stdout=pipe,
+            stderr=subprocess.PIPE,
+            timeout=120,
+            env=SUBPROCESS_ENV,
+        )
+    assert process.returncode == 141 and process.stderr == b""  # as a Unix tool stopped by SIGPIPE: no message
 
 
 def test_help_still_works():

@@ -232,6 +232,41 @@ def test_attend_out_a_fifo_or_device_is_refused(runs, tmp_path):
         assert_user_error(result, "--out /dev/null: not a regular file")
 
 
+OUT_FORMATS = {"json": b"{", "npz": b"PK", "png": PNG_MAGIC, "html": b"<!DOCTYPE html>"}  # each file's first bytes
+
+
+def test_out_replaces_a_file_and_writes_through_a_link_alike_for_every_format(runs, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    for output_format, first_bytes in OUT_FORMATS.items():
+        existing, target, link = (tmp_path / f"{name}.{output_format}" for name in ("existing", "target", "link"))
+        existing.write_text("old")
+        target.write_text("old")
+        link.symlink_to(target)
+        for out in (existing, link):
+            result = invoke("attend", "1 2 3", "--runs-dir", runs, "--format", output_format, "--out", out)
+            assert result.exit_code == 0, result.output
+        assert existing.read_bytes().startswith(first_bytes)
+        assert link.is_symlink() and target.read_bytes().startswith(first_bytes)  # written through, as `>` does
+    existing = tmp_path / "heads.txt"
+    existing.write_text("old")
+    assert invoke("heads", "--runs-dir", runs, "--out", existing).exit_code == 0
+    assert "old" not in existing.read_text()
+    assert not list(tmp_path.glob(".*.tmp")) and not list(tmp_path.glob("attention*"))
+
+
+def test_out_in_a_missing_folder_is_refused_before_the_model_runs(runs, tmp_path, monkeypatch):
+    def never(*args, **kwargs):
+        raise AssertionError("the model ran")
+
+    monkeypatch.setattr("tinytf.cli.load_chosen_run", never)
+    missing = tmp_path / "missing"
+    for output_format in OUT_FORMATS:
+        result = invoke("attend", "1 2 3", "--runs-dir", runs, "--format", output_format, "--out", missing / "a")
+        assert_user_error(result, f"--out {missing / 'a'}: no folder {missing}; create it first")
+    assert_user_error(invoke("heads", "--runs-dir", runs, "--out", missing / "h.txt"), f"no folder {missing}")
+    assert files_under(tmp_path) == []
+
+
 def test_shades_fall_back_to_ascii_where_the_output_cannot_show_them():
     def stream(encoding):
         return io.TextIOWrapper(io.BytesIO(), encoding=encoding)

@@ -182,6 +182,20 @@ def test_unknown_names_and_bad_hooks_are_clear_errors():
         model.run_with_hooks(**given, hooks={"embed": 3})
 
 
+def test_a_hook_returning_another_dtype_or_no_tensor_is_a_clear_error():
+    model = make_model("decoder")
+    given = inputs("decoder")
+    expected = (
+        r"the hook at 'decoder\.0\.self\.z' must return a tensor of shape \(3, 4, 7, 4\) and dtype torch\.float32"
+    )
+    with pytest.raises(TypeError, match=rf"{expected}.*not dtype torch\.float64"):
+        model.run_with_hooks(**given, hooks={"decoder.0.self.z": lambda z: z.double()})
+    with pytest.raises(TypeError, match=r"'decoder\.1\.self\.pattern' must return .*torch\.float32.*torch\.float16"):
+        model.run_with_cache(**given, hooks={"decoder.1.self.pattern": lambda w: w.half()})
+    with pytest.raises(TypeError, match=r"'embed' must return a tensor of shape \(3, 7, 16\).*not list"):
+        model.run_with_hooks(**given, hooks={"embed": lambda x: x.tolist()})
+
+
 def test_a_key_value_cache_cannot_be_probed():
     model = make_model("decoder")
     with pytest.raises(ValueError, match="without a cache"):

@@ -1,5 +1,7 @@
 """The assembled Transformer: causality, equivariance, padding, both attention paths."""
 
+import re
+
 import pytest
 import torch
 
@@ -126,6 +128,67 @@ def test_fully_padded_sequences_give_finite_logits(arch):
         )
         logits = out[0] if return_attention else out
         assert torch.isfinite(logits).all()
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_a_query_whose_keys_are_all_padding_gets_zero_weights_on_both_paths(arch):
+    model = make_model(arch)
+    tokens, source = sample_inputs(arch, batch=3, length=7, source_length=5)
+    pad_mask = torch.zeros(3, 7, dtype=torch.bool)
+    pad_mask[1] = True  # padding only
+    pad_mask[2, :2] = True  # padded on the left: its first two queries see no real key behind them
+    source_pad_mask = None
+    if source is not None:
+        source_pad_mask = torch.zeros(3, 5, dtype=torch.bool)
+        source_pad_mask[1] = True
+    given = dict(source=source, pad_mask=pad_mask, source_pad_mask=source_pad_mask)
+    explicit, attention = model(tokens, **given, return_attention=True)
+    torch.testing.assert_close(explicit, model(tokens, **given), atol=1e-5, rtol=1e-5)
+    for name, weights in attention.items():  # (B, H, T_q, T_k)
+        if name.endswith("cross") or (arch == "encoder-decoder" and name.startswith("encoder")):
+            sees_nothing = source_pad_mask.all(1, keepdim=True).expand(3, weights.size(2))
+        elif name.startswith("decoder"):  # causal: query i sees keys 0..i
+            sees_nothing = pad_mask.cumprod(dim=1).bool()
+        else:
+            sees_nothing = pad_mask.all(1, keepdim=True).expand(3, 7)
+        rows = weights.transpose(1, 2)  # (B, T_q, H, T_k)
+        assert torch.equal(rows[sees_nothing], torch.zeros_like(rows[sees_nothing])), name
+        torch.testing.assert_close(rows[~sees_nothing].sum(-1), torch.ones_like(rows[~sees_nothing][..., 0]))
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("return_attention", [False, True])
+def test_pad_masks_that_are_not_bool_or_of_another_shape_are_clear_errors(arch, return_attention):
+    model = make_model(arch)
+    tokens, source = sample_inputs(arch, batch=3, length=7, source_length=5)
+    pad_mask = torch.zeros(3, 7, dtype=torch.bool)
+    run = dict(source=source, return_attention=return_attention)
+    with pytest.raises(TypeError, match=r"`pad_mask` must be a tensor of torch\.bool.*`tokens`, not torch\.int64"):
+        model(tokens, pad_mask=pad_mask.long(), **run)
+    with pytest.raises(TypeError, match=r"`pad_mask` must be a tensor of torch\.bool.*not list"):
+        model(tokens, pad_mask=pad_mask.tolist(), **run)
+    for wrong in (pad_mask[:, :6], pad_mask[:2], pad_mask.T, pad_mask[None]):
+        expected = r"`pad_mask` must have the shape of `tokens`, \(3, 7\).*its shape is " + re.escape(
+            str(tuple(wrong.shape))
+        )
+        with pytest.raises(ValueError, match=expected):
+            model(tokens, pad_mask=wrong, **run)
+    if source is not None:
+        source_pad_mask = torch.zeros(3, 5, dtype=torch.bool)
+        with pytest.raises(TypeError, match=r"`source_pad_mask` must be a tensor of torch\.bool.*not torch\.float32"):
+            model(tokens, source_pad_mask=source_pad_mask.float(), **run)
+        with pytest.raises(ValueError, match=r"`source_pad_mask` must have the shape of `source`, \(3, 5\)"):
+            model(tokens, source_pad_mask=source_pad_mask[:, :4], **run)
+
+
+def test_decode_checks_the_source_pad_mask_against_the_context():
+    model = make_model("encoder-decoder")
+    tokens, source = sample_inputs("encoder-decoder", batch=3, length=7, source_length=5)
+    context, _ = model.encode(source)
+    with pytest.raises(ValueError, match=r"`source_pad_mask` must have the shape of `source`, \(3, 5\)"):
+        model.decode(tokens, context=context, source_pad_mask=torch.zeros(3, 7, dtype=torch.bool))
+    with pytest.raises(TypeError, match=r"`pad_mask` must be a tensor of torch\.bool"):
+        model.decode(tokens, context=context, pad_mask=torch.zeros(3, 7, dtype=torch.int))
 
 
 @pytest.mark.parametrize("arch", ARCHS)

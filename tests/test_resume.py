@@ -116,13 +116,20 @@ def test_resume_after_a_kill_drops_metrics_past_the_checkpoint_and_stale_tempora
     (run_dir,) = (tmp_path / "killed").iterdir()
     assert load_checkpoint(checkpoint_path(run_dir, "last"))["step"] == 8
     assert read_metrics(run_dir)[-1]["step"] == 10
-    with open(run_dir / "metrics.jsonl", "a") as file:
-        file.write('{"step": 11, "spl')  # the kill tore the last line
+    metrics = run_dir / "metrics.jsonl"
+    rows = metrics.read_bytes().splitlines(keepends=True)
+    rows[3:3] = [b"\xff\xfe not UTF-8\n", b"not JSON\n", b'{"no": "step"}\n']  # damage, whoever did it
+    metrics.write_bytes(b"".join(rows) + b'{"step": 11, "spl')  # and the kill tore the last line
     temporary = run_dir / "checkpoints" / ".best.pt.99999.tmp"
     temporary.write_bytes(b"x" * 1000)  # ... and a checkpoint write
 
-    train(config, resume=run_dir)
+    result = invoke("train", "--resume", run_dir)
 
+    assert result.exit_code == 0, result.output
+    assert (
+        f"note: {metrics}: dropped 4 line(s) that are not metrics (line 4, 5, 6, {len(rows) + 1}: torn, not UTF-8 "
+        "or not a JSON object with a step); the other rows are kept\n"
+    ) in result.stderr
     assert not temporary.exists()
     resumed = read_metrics(run_dir)  # every line parses
     points = [(row["step"], row["split"]) for row in resumed]

@@ -2,6 +2,7 @@
 (the newest with a checkpoint), named only inside --runs-dir, and one `error: ` line where
 they cannot be read or written."""
 
+import shlex
 import signal
 import subprocess
 import sys
@@ -144,7 +145,9 @@ def test_a_text_run_can_be_looked_at_after_its_file_is_gone(tmp_path, monkeypatc
     assert_user_error(invoke("eval", "--runs-dir", "runs"), "task.path")
 
 
-@pytest.mark.parametrize("name", ["../escape", "a/b", "..", ".hidden", "x\\y", "", "nul\0"])
+@pytest.mark.parametrize(
+    "name", ["../escape", "a/b", "..", ".hidden", "x\\y", "", "nul\0", "   ", "two\nlines", "red\x1b[31m", "tab\tbed"]
+)
 def test_a_run_name_is_one_plain_folder_name(name, tmp_path):
     with pytest.raises(UserError, match="a run name is one folder name"):
         check_run_name(name, tmp_path)
@@ -154,12 +157,29 @@ def test_a_run_name_is_one_plain_folder_name(name, tmp_path):
     check_run_name("sort-v2", tmp_path)  # a plain name passes
 
 
-@pytest.mark.parametrize("name", ["../escape", "a/b", "..", ".hidden", "x\\y", ""])
+@pytest.mark.parametrize("name", ["../escape", "a/b", "..", ".hidden", "x\\y", "", " ", "new\nline", "\x1b[2J"])
 def test_train_name_must_stay_inside_runs_dir(name, tmp_path):
     config = write_config(tmp_path, tiny_data(train={"steps": 2, "eval_every": 2}))
     result = invoke("train", config, "--runs-dir", tmp_path / "runs", "--name", name)
     assert_user_error(result, f"--name {name!r}: a run name is one folder name")
     assert files_under(tmp_path) == ["tiny.yaml"]  # no run anywhere: not beside --runs-dir, not in it
+
+
+def test_printed_commands_paste_as_they_are_with_spaces_in_the_paths(tmp_path):
+    # A runs folder and a config name with spaces and a quote: what the CLI prints to paste is
+    # shell-quoted, and after --resume `next:` names the folder that holds the run.
+    runs = tmp_path / "my runs" / "it's here"
+    config = write_config(tmp_path, tiny_data(), name="my config.yaml")
+    first = invoke("train", config, "--runs-dir", runs, "--set", "train.steps=4")
+    assert first.exit_code == 0, first.output
+    (run_dir,) = runs.iterdir()
+    run, logdir = shlex.quote(str(run_dir)), shlex.quote(str(runs))
+    next_line = f'next: tinytf attend "..." --run {run}   |   tensorboard --logdir {logdir}'
+    assert next_line in first.stdout
+    assert shlex.split(next_line.split("|")[0].removeprefix("next: "))[-1] == str(run_dir)  # pastes as one argument
+    resumed = invoke("train", "--resume", run_dir, "--set", "train.steps=6")  # --runs-dir left at its default
+    assert resumed.exit_code == 0, resumed.output
+    assert next_line in resumed.stdout
 
 
 def test_unwritable_places_are_one_line_errors(trained, tmp_path):

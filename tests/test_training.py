@@ -2,13 +2,25 @@
 stopping, the schedule, devices and precision, and divergence stopped before it reaches the
 weights."""
 
+import contextlib
 import itertools
 import json
 import math
+import os
+import re
+import subprocess
 
 import pytest
 import torch
-from conftest import assert_same_weights, final_weights, invoke, read_metrics, tiny_config, tiny_data, write_config
+from conftest import (
+    assert_same_weights,
+    final_weights,
+    invoke,
+    read_metrics,
+    tiny_config,
+    tiny_data,
+    write_config,
+)
 
 from tinytf.checkpoint import load_checkpoint
 from tinytf.config import config_from_dict
@@ -259,7 +271,11 @@ def test_divergence_stops_keeps_the_last_finite_checkpoint_and_says_what_to_do(t
     with pytest.raises(TrainingDiverged) as caught:
         trainer.run()
     message = str(caught.value)
-    assert "training diverged at step 6" in message and "last.pt keeps step 4" in message and "train.lr" in message
+    assert (
+        "training diverged at step 6" in message
+        and "keeps checkpoints/last.pt of step 4" in message
+        and "train.lr" in message
+    )
     for which in ("last", "best"):
         state = load_checkpoint(checkpoint_path(run_dir, which))
         assert state["step"] == 4
@@ -309,26 +325,40 @@ def test_a_non_finite_gradient_without_clipping_never_reaches_the_weights(tmp_pa
     assert all(torch.isfinite(p).all() for p in model.parameters())
 
 
-def test_a_full_disk_mid_training_is_one_line_naming_the_last_good_checkpoint(tmp_path, monkeypatch):
-    import errno
+@contextlib.contextmanager
+def small_disk(folder, size):
+    """A tmpfs of `size` mounted at `folder` for the block: a real full disk (needs root)."""
+    folder.mkdir()
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)], capture_output=True)
+    if mounted.returncode != 0:
+        pytest.skip(f"cannot mount a small filesystem here: {mounted.stderr.decode().strip()}")
+    try:
+        yield folder
+    finally:
+        subprocess.run(["umount", str(folder)], check=True)
 
-    import tinytf.training
 
-    real_save = tinytf.training.save_checkpoint
-
-    def save_until_full(state, path):
-        if state["step"] > 4:
-            raise OSError(errno.ENOSPC, "No space left on device")
-        real_save(state, path)
-
-    monkeypatch.setattr(tinytf.training, "save_checkpoint", save_until_full)
-    data = tiny_data(train={"checkpoint_every": 4})
-    result = invoke("train", write_config(tmp_path, data), "--runs-dir", tmp_path / "runs")
-    assert result.exit_code == 2 and "Traceback" not in result.output
-    last_line = result.stderr.strip().splitlines()[-1]
-    assert "No space left on device" in last_line and "checkpoints/last.pt still holds step 4" in last_line
-    (run_dir,) = (tmp_path / "runs").iterdir()
-    assert load_checkpoint(checkpoint_path(run_dir, "last"))["step"] == 4
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="mounting a tmpfs needs root (as CI runs)")
+@pytest.mark.parametrize("size", ["40k", "80k", "120k", "240k"])
+def test_a_full_disk_is_one_line_naming_the_file_and_what_the_run_keeps(tmp_path, size, capfd):
+    # Sizes at which a checkpoint, the TensorBoard events or metrics.jsonl meet the full disk first.
+    data = tiny_data(train={"steps": 40, "checkpoint_every": 4}, log={"every": 1, "attention_every": 4})
+    config = write_config(tmp_path, data)
+    with small_disk(tmp_path / "disk", size) as disk:
+        result = invoke("train", config, "--runs-dir", disk / "runs")
+        (run_dir,) = (disk / "runs").iterdir()
+        assert result.exit_code == 2 and "Traceback" not in result.stderr
+        (error,) = [line for line in result.stderr.split("\n") if "error" in line]  # (after the progress bar)
+        assert (
+            error.startswith(f"error: {run_dir}/") and "No space left on device" in error
+        )  # the file it could not write
+        kept = re.findall(r"checkpoints/(last|best)\.pt of step (\d+)", error)
+        assert kept or error.endswith("the run has no checkpoint yet")
+        for which, step in kept:  # what it says the run keeps is there, whole
+            assert load_checkpoint(checkpoint_path(run_dir, which))["step"] == int(step)
+        for path in (run_dir / "checkpoints").glob("*.pt"):  # and no checkpoint is damaged
+            load_checkpoint(path)
+    assert "Traceback" not in capfd.readouterr().err  # not from TensorBoard's writer thread either
 
 
 def test_metrics_file_writes_null_for_a_number_that_is_not_finite(tmp_path):

@@ -238,9 +238,7 @@ def test_attend_html_out_errors_are_one_line(runs, tmp_path):
         invoke("attend", "1 2 3", "--runs-dir", runs, "--format", "html", "--out", tmp_path), "is a folder"
     )
     missing = tmp_path / "no" / "such" / "page.html"
-    assert_user_error(
-        invoke("attend", "1 2 3", "--runs-dir", runs, "--format", "html", "--out", missing), "cannot write"
-    )
+    assert_user_error(invoke("attend", "1 2 3", "--runs-dir", runs, "--format", "html", "--out", missing), "no folder")
     assert sorted(tmp_path.iterdir()) == []
 
 

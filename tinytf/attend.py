@@ -15,8 +15,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from pathlib import Path
-from typing import TypeVar
+from typing import BinaryIO, TypeVar
 
 import numpy as np
 from torch import nn
@@ -110,14 +109,14 @@ class AttentionReport:
             ensure_ascii=False,
         )
 
-    def save_npz(self, path: Path) -> None:
-        """One (heads, query, key) array per map, named like "decoder.0.self", plus the tokens."""
+    def save_npz(self, file: BinaryIO) -> None:
+        """One (heads, query, key) array per map, named like "decoder.0.self", plus the tokens,
+        written to the open `file` (given a name, numpy would add ".npz" to it)."""
         arrays = {m.name: m.weights for m in self.maps}
         arrays["tokens"] = np.array(self.tokens)
         if self.source_tokens is not None:
             arrays["source_tokens"] = np.array(self.source_tokens)
-        with open(path, "wb") as file:
-            np.savez(file, **arrays)
+        np.savez(file, **arrays)
 
 
 def attention_report(model: nn.Module, framing: Framing, text: str, target: str | None = None) -> AttentionReport:

@@ -6,13 +6,18 @@ the old or the new checkpoint, never half of one. Loading uses `torch.load(weigh
 refuses any pickled object that is not such plain data, so a tampered file cannot
 execute code. A SHA-256 of every tensor's bytes is saved with them and checked on
 loading, so damaged weights are refused instead of silently used. A file that passes
-both but holds the wrong shapes of data (`step: "abc"`, `model` a single tensor) is
-refused too, before any of it is used.
+both but holds the wrong shapes of data (`step: "abc"`, `model` a single tensor), or
+weights that are NaN or infinite, is refused too, before any of it is used.
+
+A checkpoint records the model and task settings it was trained with (`trained_with`):
+a run folder whose config.yaml no longer says the same is refused (`config_mismatch`),
+instead of loading weights that would mean something else.
 """
 
 from __future__ import annotations
 
 import hashlib
+import io
 import pickle
 import warnings
 from collections.abc import Iterator
@@ -20,11 +25,12 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from pydantic import BaseModel
 
 from tinytf.errors import UserError, first_line
-from tinytf.files import atomic_writer
+from tinytf.files import write_bytes_atomically
 
-FORMAT = "tinytf-checkpoint-2"
+FORMAT = "tinytf-checkpoint-3"
 
 
 class CheckpointError(UserError):
@@ -32,10 +38,13 @@ class CheckpointError(UserError):
 
 
 def save_checkpoint(state: dict[str, Any], path: str | Path) -> None:
-    """Atomically write `state` (plain data and tensors) to `path`, with its checksum."""
+    """Atomically write `state` (plain data and tensors) to `path`, with its checksum.
+    Serialised in memory first: a full disk is then an `OSError` naming `path`, never a
+    failure inside torch's zip writer."""
     content = {key: value for key, value in state.items() if key not in ("format", "checksum")}
-    with atomic_writer(path) as file:
-        torch.save({"format": FORMAT, **content, "checksum": tensor_checksum(content)}, file)
+    buffer = io.BytesIO()
+    torch.save({"format": FORMAT, **content, "checksum": tensor_checksum(content)}, buffer)
+    write_bytes_atomically(path, buffer.getbuffer())
 
 
 def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
@@ -74,20 +83,29 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
     problem = structure_problem(state)
     if problem is not None:
         raise CheckpointError(f"{path}: not a usable tinytf checkpoint: {problem}; not loaded")
+    for name, weight in state["model"].items():  # training stops before a NaN reaches the weights
+        if weight.is_floating_point() and not torch.isfinite(weight).all():
+            raise CheckpointError(f"{path}: its weight {name!r} holds NaN or infinity; not loaded")
     return state
 
 
 def structure_problem(state: dict[Any, Any]) -> str | None:
     """What is wrong with the shape of a checkpoint's data, in a few words; None if nothing.
-    Every checkpoint has a `step` (a whole number >= 0); `model`, when there, maps
-    parameter names to tensors; `optimizer`, `rng`, `best` and `window`, when there, are
-    mappings. (What a resumed run needs inside them: `training_state_problem`.)"""
+    Every checkpoint has a `step` (a whole number >= 0), a `config` (see `trained_with`)
+    and a `model` that maps parameter names to tensors; `optimizer`, `rng`, `best` and
+    `window`, when there, are mappings. (What a resumed run needs
+    inside them: `training_state_problem`.)"""
     if "step" not in state:
         return "it has no 'step'"
     step = state["step"]
     if type(step) is not int or step < 0:  # (not bool: True is an int to Python)
         return f"'step' is {describe(step)}, not a whole number >= 0"
-    model = state.get("model", {})
+    settings = state.get("config")
+    if not isinstance(settings, dict) or not all(isinstance(key, str) for key in settings):
+        return f"'config' is {describe(settings)}, not the model and task settings it was trained with"
+    if "model" not in state:
+        return "it has no 'model'"
+    model = state["model"]
     if not isinstance(model, dict):
         return f"'model' is {describe(model)}, not a mapping of parameter names to tensors"
     for name, value in model.items():
@@ -96,6 +114,39 @@ def structure_problem(state: dict[Any, Any]) -> str | None:
     for key in ("optimizer", "rng", "best", "window"):
         if key in state and not isinstance(state[key], dict):
             return f"{key!r} is {describe(state[key])}, not a mapping"
+    return None
+
+
+def trained_with(model: BaseModel, task: BaseModel) -> dict[str, Any]:
+    """What a checkpoint's weights mean something under: its model and task settings, as
+    dotted keys ({"model.n_heads": 2, "task.name": "sort", ...}). Saved as its 'config'."""
+    sections = {"model": model.model_dump(mode="json"), "task": task.model_dump(mode="json")}
+    return {f"{section}.{key}": value for section, values in sections.items() for key, value in values.items()}
+
+
+def config_mismatch(state: dict[str, Any], model: BaseModel, task: BaseModel) -> str | None:
+    """The first setting in which the model and task config `model`, `task` differ from
+    what the checkpoint `state` was trained with, in a few words; None if none."""
+    saved, current = state["config"], trained_with(model, task)
+    for key in sorted(saved.keys() | current.keys()):
+        if saved.get(key, "nothing") != current.get(key, "nothing"):
+            return f"it was trained with {key}={saved.get(key)!r}, the config says {current.get(key)!r}"
+    return None
+
+
+def weights_mismatch(expected: dict[str, torch.Tensor], found: dict[str, torch.Tensor]) -> str | None:
+    """The first parameter that a model's state dict `expected` and a checkpoint's weights
+    `found` disagree on (missing, extra, or of another shape), in a few words; None if none."""
+    for name in sorted(expected.keys() | found.keys()):
+        if name not in found:
+            return f"it has no weight {name!r}, which the config's model has"
+        if name not in expected:
+            return f"its weight {name!r} is not in the config's model"
+        if found[name].shape != expected[name].shape:
+            return (
+                f"its weight {name!r} has shape {tuple(found[name].shape)}, "
+                f"the config's model {tuple(expected[name].shape)}"
+            )
     return None
 
 

@@ -104,7 +104,7 @@ def train(
     if result.interrupted:
         typer.echo(interruption_note(result, launch), err=True)
         raise typer.Exit(code=EXIT_INTERRUPTED)
-    typer.echo(training_summary(result, runs_dir))
+    typer.echo(training_summary(result))
 
 
 def load_chosen_run(run: Path | None, runs_dir: Path, checkpoint: Checkpoint) -> LoadedRun:
@@ -195,7 +195,9 @@ def heads(
     run: RunOption = None,
     runs_dir: RunsDirOption = Path("runs"),
     checkpoint: CheckpointOption = Checkpoint.best,
-    n: Annotated[int, typer.Option("--n", min=1, help="Score the first N held-out inputs.")] = 200,
+    n: Annotated[
+        int | None, typer.Option("--n", min=1, help="Score the first N held-out inputs. Default: 200, or all if fewer.")
+    ] = None,
     text: Annotated[
         str | None, typer.Option("--text", help="Score this one typed input instead (after the model's answer).")
     ] = None,

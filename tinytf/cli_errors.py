@@ -6,9 +6,13 @@ traceback. Ctrl-C is `interrupted` and exit code 130.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import io
+import logging
+import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TypeVar
 
 import pydantic
@@ -21,6 +25,7 @@ from tinytf.errors import UserError
 Command = TypeVar("Command", bound=Callable[..., object])
 
 EXIT_INTERRUPTED = 130  # the shell's convention for "stopped by Ctrl-C"
+EXIT_BROKEN_PIPE = 141  # the shell's status of a program that SIGPIPE stopped (`cat big | head -1`)
 
 
 class OneLineUsageErrors(TyperGroup):
@@ -88,10 +93,15 @@ def user_errors_exit_2(command: Command) -> Command:
     @functools.wraps(command)
     def wrapper(*args: object, **kwargs: object) -> object:
         try:
-            return command(*args, **kwargs)
+            with notes_on_stderr():
+                return command(*args, **kwargs)
+        except BrokenPipeError:  # stdout's reader left (`tinytf attend ... | head -1`): stop quietly
+            _silence_stdout()
+            raise typer.Exit(code=EXIT_BROKEN_PIPE) from None
         except (UserError, OSError) as err:
             if isinstance(err, OSError):  # a folder the user may not read, a full disk...
-                err = UserError(f"{err.filename or 'a file'}: {err.strerror or err}")
+                reason = err.strerror or str(err)
+                err = UserError(f"{err.filename}: {reason}" if err.filename is not None else reason)
             # One line even when the message quotes what the user typed, line breaks and all.
             typer.echo("error: " + str(err).replace("\r", "\\r").replace("\n", "\\n"), err=True)
             raise typer.Exit(code=2) from None
@@ -100,3 +110,24 @@ def user_errors_exit_2(command: Command) -> Command:
             raise typer.Exit(code=EXIT_INTERRUPTED) from None
 
     return wrapper  # type: ignore[return-value]
+
+
+@contextlib.contextmanager
+def notes_on_stderr() -> Iterator[None]:
+    """While a command runs, what the library logs (`logging.getLogger("tinytf")`, level
+    WARNING: e.g. what a resume dropped from a damaged metrics.jsonl) is a `note: ` line on stderr."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("note: %(message)s"))
+    library = logging.getLogger("tinytf")
+    library.addHandler(handler)
+    try:
+        yield
+    finally:
+        library.removeHandler(handler)
+
+
+def _silence_stdout() -> None:
+    """Point stdout at the null device, so that Python's flush at exit does not raise
+    BrokenPipeError again (the recipe of Python's `signal` documentation)."""
+    with contextlib.suppress(OSError, ValueError, io.UnsupportedOperation):  # (stdout not a file: a test's buffer)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import contextlib
 import json
+import shlex
 import stat
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from importlib import resources
 from pathlib import Path
+from typing import BinaryIO
 
 from tinytf import training
 from tinytf.attend import AttentionReport
@@ -22,7 +24,7 @@ from tinytf.distributed import Launch
 from tinytf.errors import UserError
 from tinytf.evaluate import evaluate, predict
 from tinytf.experiment import load_config, load_run_config
-from tinytf.files import write_text_atomically
+from tinytf.files import atomic_writer
 from tinytf.heads import HeadReport, head_scores, render_text
 from tinytf.loggers import ProgressBarLogger
 from tinytf.runs import CONFIG_FILE, LoadedRun, check_data, check_run_name, checkpoint_path, resolve_run
@@ -32,7 +34,8 @@ from tinytf.viewer import attention_page
 from tinytf.viz import report_figure, save_figure, terminal_report
 
 QUICKSTART = "quickstart.yaml"  # packaged inside tinytf, so `tinytf train` works from any folder
-ATTENTION_FILES = ("json", "npz", "png", "html")  # the `attend` formats written to a file
+ATTENTION_FILES = ("json", "npz", "png", "html")
+HEAD_SCORE_INPUTS = 200  # `heads`' default number of held-out inputs  # the `attend` formats written to a file
 
 # How many things a command works through, and their unit -> a progress callback or None (cli.progress_bar).
 ProgressBar = Callable[[int, str], AbstractContextManager[Progress | None]]
@@ -72,15 +75,16 @@ def start_training(
     return training.train(resolved, runs_dir=runs_dir, name=name or "run", resume=resume, loggers=loggers)
 
 
-def training_summary(result: TrainResult, runs_dir: Path) -> str:
-    """The run folder, its best validation scores and what to do next."""
+def training_summary(result: TrainResult) -> str:
+    """The run folder, its best validation scores and what to do next (commands to paste)."""
     lines = [f"run: {result.run_dir}"]
     if best := result.best:
         lines.append(
             f"best validation (step {best['step']}): seq_acc {best['seq_acc']:.3f}, "
             f"token_acc {best['token_acc']:.3f}, loss {best['loss']:.4f}"
         )
-    lines.append(f'next: tinytf attend "..." --run {result.run_dir}   |   tensorboard --logdir {runs_dir}')
+    run, runs = (shlex.quote(str(path)) for path in (result.run_dir, result.run_dir.parent))
+    lines.append(f'next: tinytf attend "..." --run {run}   |   tensorboard --logdir {runs}')
     return "\n".join(lines)
 
 
@@ -90,7 +94,7 @@ def interruption_note(result: TrainResult, launch: Launch | None) -> str:
         return f"interrupted before the first checkpoint; nothing to resume in {result.run_dir}"
     return (
         f"interrupted at step {result.step}; checkpoint saved in {result.run_dir}\n"
-        f"resume with: {launch_command(launch)} train --resume {result.run_dir}"
+        f"resume with: {launch_command(launch)} train --resume {shlex.quote(str(result.run_dir))}"
     )
 
 
@@ -158,19 +162,18 @@ def write_attention(
     (never over an existing file); the path written."""
     page = attention_page_for(loaded, report, text, target, checkpoint) if output_format == "html" else None
     path = out or fresh_path(Path(f"attention.{output_format}"))
-    with writing(path):
+    with writing(path) as file:
         if page is not None:
-            write_text_atomically(path, page)
+            file.write(page.encode("utf-8"))
         elif output_format == "json":
-            path.write_text(report.to_json(), encoding="utf-8")
+            file.write(report.to_json().encode("utf-8"))
         elif output_format == "npz":
-            report.save_npz(path)
+            report.save_npz(file)
         else:
             from matplotlib import rc_context
 
-            # A file object, and PNG said outright: matplotlib neither reads the format from
-            # the name nor adds ".png" to a name without one. The file is the one named.
-            with open(path, "wb") as file, rc_context({"savefig.format": "png"}):
+            # PNG said outright: matplotlib does not read the format from a file object.
+            with rc_context({"savefig.format": "png"}):
                 save_figure(report_figure(report), file)
     return path
 
@@ -197,10 +200,12 @@ def attention_page_for(
 # ---- heads
 
 
-def score_heads(loaded: LoadedRun, checkpoint: str, n: int, text: str | None, ablate: str | None) -> HeadReport:
+def score_heads(loaded: LoadedRun, checkpoint: str, n: int | None, text: str | None, ablate: str | None) -> HeadReport:
     """`heads`: the scores on the first `n` held-out inputs, or on the typed `text`, with
     where they come from in `meta`."""
-    pairs = None if text is not None else first_held_out(loaded, n)
+    pairs = None
+    if text is None:  # by default the first HEAD_SCORE_INPUTS, or all if there are fewer
+        pairs = first_held_out(loaded, n) if n is not None else first_held_out(loaded, None)[:HEAD_SCORE_INPUTS]
     report = head_scores(loaded.model, loaded.framing, pairs, text=text, ablate=ablate)
     report.meta = {"run": str(loaded.run_dir), "checkpoint": checkpoint, "step": loaded.step, "text": text}
     return report
@@ -272,10 +277,13 @@ def evaluation_text(loaded: LoadedRun, checkpoint: str, n: int | None, progress_
 
 
 def check_writable_file(out: Path, example: str) -> None:
-    """A `UserError` unless --out is a new file or a regular one (not a folder, pipe or device)."""
+    """A `UserError` unless --out can become a file: a new one in an existing folder, or a
+    regular file (replaced), not a folder, pipe or device. Checked before the model runs."""
     try:
         mode = out.stat().st_mode
     except FileNotFoundError:
+        if not out.resolve().parent.is_dir():
+            raise UserError(f"--out {out}: no folder {out.resolve().parent}; create it first") from None
         return  # a new file: the normal case
     except OSError as err:
         raise UserError(f"--out {out}: cannot write ({err.strerror or err})") from None
@@ -286,17 +294,20 @@ def check_writable_file(out: Path, example: str) -> None:
 
 
 @contextlib.contextmanager
-def writing(path: Path) -> Iterator[None]:
-    """Turn an OSError while the block writes `path` into a one-line `UserError` naming it."""
+def writing(path: Path) -> Iterator[BinaryIO]:
+    """A file to write `path`'s new content to, atomically (`files.atomic_writer`); through a
+    symbolic link, as the shell's `>` writes, whatever the format. An OSError is a one-line
+    `UserError` naming `path`."""
     try:
-        yield
+        with atomic_writer(path.resolve()) as file:
+            yield file
     except OSError as err:
         raise UserError(f"{path}: cannot write ({err.strerror or err})") from None
 
 
 def write_output(path: Path, content: str) -> None:
-    with writing(path):
-        write_text_atomically(path, content)
+    with writing(path) as file:
+        file.write(content.encode("utf-8"))
 
 
 def fresh_path(path: Path) -> Path:

@@ -25,23 +25,46 @@ SPECIAL_FILES = {
 def atomic_writer(path: str | Path) -> Iterator[BinaryIO]:
     """Open a temporary file beside `path` for writing; on success, flush it to disk and
     rename it over `path`. A crash or kill at any moment leaves either the old file or
-    the new one, never half of one; an exception leaves the old one and no temporary."""
+    the new one, never half of one; an exception leaves the old one and no temporary.
+    An `OSError` (a full disk...) names `path`, whichever step met it."""
     path = Path(path)
     temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        with open(temporary, "wb") as file:
+        with naming_errors(path), open(temporary, "wb") as file:
             yield file
             file.flush()
             os.fsync(file.fileno())
-        os.replace(temporary, path)  # atomic on POSIX and Windows
+        with naming_errors(path):
+            os.replace(temporary, path)  # atomic on POSIX and Windows
     finally:
         temporary.unlink(missing_ok=True)
     _fsync_folder(path.parent)
 
 
-def write_text_atomically(path: str | Path, text: str) -> None:
+def write_bytes_atomically(path: str | Path, data: bytes) -> None:
     with atomic_writer(path) as file:
-        file.write(text.encode("utf-8"))
+        file.write(data)
+
+
+def write_text_atomically(path: str | Path, text: str) -> None:
+    write_bytes_atomically(path, text.encode("utf-8"))
+
+
+def append_text(path: str | Path, text: str) -> None:
+    """Append `text` to the file at `path` (made if missing); an `OSError` names `path`."""
+    with naming_errors(path), open(path, "a", encoding="utf-8") as file:
+        file.write(text)
+
+
+@contextlib.contextmanager
+def naming_errors(path: str | Path) -> Iterator[None]:
+    """An `OSError` raised in the block names `path` (writing to an open file raises one without a name)."""
+    try:
+        yield
+    except OSError as err:
+        if err.filename is not None:
+            raise
+        raise OSError(err.errno, err.strerror or str(err), str(path)) from err
 
 
 def _fsync_folder(folder: Path) -> None:

@@ -14,9 +14,12 @@ from __future__ import annotations
 
 import json
 import math
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
+
+from tinytf.files import append_text, naming_errors
 
 if TYPE_CHECKING:
     from torch import nn
@@ -121,8 +124,7 @@ class MetricsFileLogger(NullLogger):
 
     def metrics(self, step: int, split: str, values: dict[str, float]) -> None:
         finite = {key: value if math.isfinite(value) else None for key, value in values.items()}
-        with open(self.path, "a", encoding="utf-8") as file:
-            file.write(json.dumps({"step": step, "split": split, **finite}, allow_nan=False) + "\n")
+        append_text(self.path, json.dumps({"step": step, "split": split, **finite}, allow_nan=False) + "\n")
 
 
 class TensorBoardLogger(NullLogger):
@@ -143,39 +145,58 @@ class TensorBoardLogger(NullLogger):
     def start(self, run_dir: Path | None, start_step: int) -> None:
         from torch.utils.tensorboard import SummaryWriter
 
-        self.writer = SummaryWriter(log_dir=str(self.log_dir))
+        with naming_errors(self.log_dir):
+            self.writer = SummaryWriter(log_dir=str(self.log_dir))
+        self.event_file = max(self.log_dir.glob("events.out.tfevents.*"))  # its own, the newest (named by time)
+        self.thread_errors = threading.excepthook  # restored by finish()
+        threading.excepthook = self._quiet_writer_thread
 
     def metrics(self, step: int, split: str, values: dict[str, float]) -> None:
-        for key, value in values.items():
-            self.writer.add_scalar(f"{split}/{key}", value, step)
+        with naming_errors(self.event_file):
+            for key, value in values.items():
+                self.writer.add_scalar(f"{split}/{key}", value, step)
 
     def attention(self, step: int, sample: str, report: AttentionReport) -> None:
-        for attention_map in report.maps:
-            tag = f"attention/{sample}/{attention_map.name}"
-            self.writer.add_image(tag, self.images.render(attention_map), step, dataformats="HWC")
+        with naming_errors(self.event_file):
+            for attention_map in report.maps:
+                tag = f"attention/{sample}/{attention_map.name}"
+                self.writer.add_image(tag, self.images.render(attention_map), step, dataformats="HWC")
 
     def heads(self, step: int, report: HeadReport) -> None:
-        self.writer.add_image("heads/scores", self.score_images.render(report), step, dataformats="HWC")
-        for pattern in report.patterns:
-            best = report.best(pattern)
-            if best is not None:  # the pattern applies to no head (e.g. no input has a duplicate)
-                self.writer.add_scalar(f"heads/best/{pattern}", best.scores[pattern], step)
+        with naming_errors(self.event_file):
+            self.writer.add_image("heads/scores", self.score_images.render(report), step, dataformats="HWC")
+            for pattern in report.patterns:
+                best = report.best(pattern)
+                if best is not None:  # the pattern applies to no head (e.g. no input has a duplicate)
+                    self.writer.add_scalar(f"heads/best/{pattern}", best.scores[pattern], step)
 
     def text(self, step: int, tag: str, markdown: str) -> None:
-        self.writer.add_text(tag, markdown, step)
+        with naming_errors(self.event_file):
+            self.writer.add_text(tag, markdown, step)
 
     def finish(self, step: int, final: dict[str, float]) -> None:
         from torch.utils.tensorboard.summary import hparams
 
-        # Written into this run's own event file (SummaryWriter.add_hparams would make a sub-run).
-        metrics = {f"hparam/{key}": value for key, value in final.items()}
-        experiment, session_start, session_end = hparams(_flatten(self.config.to_dict()), metrics)
-        for summary in (experiment, session_start, session_end):
-            self.writer.file_writer.add_summary(summary)
-        for key, value in metrics.items():
-            self.writer.add_scalar(key, value, step)
-        self.writer.flush()
-        self.writer.close()
+        try:
+            with naming_errors(self.event_file):
+                # Written into this run's own event file (SummaryWriter.add_hparams would make a sub-run).
+                metrics = {f"hparam/{key}": value for key, value in final.items()}
+                experiment, session_start, session_end = hparams(_flatten(self.config.to_dict()), metrics)
+                for summary in (experiment, session_start, session_end):
+                    self.writer.file_writer.add_summary(summary)
+                for key, value in metrics.items():
+                    self.writer.add_scalar(key, value, step)
+                self.writer.flush()
+                self.writer.close()
+        finally:
+            threading.excepthook = self.thread_errors
+
+    def _quiet_writer_thread(self, args: threading.ExceptHookArgs) -> None:
+        """TensorBoard writes the event file from a thread of its own. An OSError there (a
+        full disk) is raised again by the next write from the training, which reports it
+        in one line: the thread prints no traceback of its own."""
+        if not (issubclass(args.exc_type, OSError) and type(args.thread).__module__.startswith("tensorboard.")):
+            self.thread_errors(args)
 
 
 class ProgressBarLogger(NullLogger):

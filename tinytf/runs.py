@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import json
+import logging
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -28,11 +29,11 @@ from pathlib import Path
 import filelock
 import torch
 
-from tinytf.checkpoint import CheckpointError, load_checkpoint
+from tinytf.checkpoint import CheckpointError, config_mismatch, load_checkpoint, weights_mismatch
 from tinytf.config import Config
-from tinytf.errors import ConfigError, UserError, first_line
+from tinytf.errors import ConfigError, UserError
 from tinytf.experiment import check_unchanged, load_run_config, save_config
-from tinytf.files import write_text_atomically
+from tinytf.files import write_bytes_atomically, write_text_atomically
 from tinytf.framing import Framing, get_framing
 from tinytf.model import Transformer, build_model
 from tinytf.tasks import Task, get_task
@@ -46,6 +47,8 @@ PID_FILE = "train.pid"
 LOCK_FILE = "train.lock"  # kept between trainings; the OS lock on it lasts as long as its holder
 DATA_FINGERPRINT_FILE = "data.sha256"  # tasks that read a file: its hash when the run was trained
 
+log = logging.getLogger(__name__)
+
 
 def open_for_resume(run_dir: Path, config: Config, lock: contextlib.ExitStack) -> tuple[dict, Vocabulary]:
     """The run's last state and vocabulary, once `config` is known to continue it. The run
@@ -57,6 +60,7 @@ def open_for_resume(run_dir: Path, config: Config, lock: contextlib.ExitStack) -
     check_unchanged(load_run_config(run_dir / CONFIG_FILE), config)
     check_data(run_dir, get_task(config.task))
     state = load_checkpoint(checkpoint_path(run_dir, "last"))
+    check_belongs(checkpoint_path(run_dir, "last"), state, config, run_dir)
     if config.train.steps < state["step"]:
         raise ConfigError(
             f"train.steps={config.train.steps}: this run has trained {state['step']} steps "
@@ -92,11 +96,12 @@ def prepare_run_dir(
 
 
 def check_run_name(name: str, runs_dir: str | Path) -> None:
-    """A `UserError` unless `name` is one plain folder name, so that the run stays inside `runs_dir`."""
-    if not name or name.startswith(".") or any(char in name for char in "/\\\0"):
+    """A `UserError` unless `name` is one plain, visible folder name, so that the run stays
+    inside `runs_dir` and its name prints on one line as it is (no control characters)."""
+    if not name.strip() or name.startswith(".") or any(char in name for char in "/\\") or not name.isprintable():
         raise UserError(
-            f"--name {name!r}: a run name is one folder name, without '/', '\\' or a leading '.' "
-            f"(the run goes inside {runs_dir})"
+            f"--name {name!r}: a run name is one folder name of visible characters, without '/', '\\', "
+            f"a leading '.' or control characters (the run goes inside {runs_dir})"
         )
 
 
@@ -145,26 +150,40 @@ def claim(run_dir: Path) -> None:
 
 def tidy_for_resume(run_dir: Path, step: int) -> None:
     """Before a resumed run continues from `step`: drop metrics.jsonl rows logged after
-    that step (they will be logged again) and a half-written last line, and remove the
-    temporary files of checkpoint writes that a kill interrupted."""
+    that step (they will be logged again), remove the temporary files of writes that a kill
+    interrupted, and drop lines that are not metrics (a torn last line, bytes that are not
+    UTF-8 or not JSON), saying so in a note (logged: the CLI prints it)."""
     run_dir = Path(run_dir)
     for temporary in [*run_dir.glob(".*.tmp"), *(run_dir / CHECKPOINTS).glob(".*.tmp")]:
         temporary.unlink(missing_ok=True)
     metrics = run_dir / METRICS_FILE
-    if metrics.is_file():
-        lines = metrics.read_text(encoding="utf-8").splitlines(keepends=True)
-        kept = [
-            line for line in lines if line.endswith("\n") and (logged := _step_of(line)) is not None and logged <= step
-        ]
-        write_text_atomically(metrics, "".join(kept))
+    if not metrics.is_file():
+        return
+    kept, damaged = [], []
+    for number, line in enumerate(metrics.read_bytes().splitlines(keepends=True), start=1):
+        logged = _step_of(line)
+        if logged is None:
+            damaged.append(number)
+        elif logged <= step:
+            kept.append(line)
+    write_bytes_atomically(metrics, b"".join(kept))
+    if damaged:
+        shown = ", ".join(map(str, damaged[:5])) + (", ..." if len(damaged) > 5 else "")
+        log.warning(
+            f"{metrics}: dropped {len(damaged)} line(s) that are not metrics (line {shown}: torn, not UTF-8 or not "
+            "a JSON object with a step); the other rows are kept"
+        )
 
 
-def _step_of(line: str) -> int | None:
-    try:
-        step = json.loads(line).get("step")
-    except (ValueError, AttributeError):
+def _step_of(line: bytes) -> int | None:
+    """The step of a whole metrics.jsonl line, or None if it is not one."""
+    if not line.endswith(b"\n"):  # torn: the process died while writing it
         return None
-    return step if isinstance(step, int) else None
+    try:
+        step = json.loads(line.decode("utf-8")).get("step")
+    except (ValueError, AttributeError):  # (UnicodeDecodeError is a ValueError)
+        return None
+    return step if type(step) is int else None
 
 
 def record_data(run_dir: Path, task: Task) -> None:
@@ -234,6 +253,16 @@ def resolve_run(run: str | Path | None, runs_dir: str | Path = "runs") -> Path:
     return run_dir
 
 
+def check_belongs(path: Path, state: dict, config: Config, run_dir: Path) -> None:
+    """A `CheckpointError` unless the checkpoint `state` (read from `path`) was trained with
+    the model and task settings of `config` (the run's config.yaml, with any overrides)."""
+    if (found := config_mismatch(state, config.model, config.task)) is not None:
+        raise CheckpointError(
+            f"{path} does not belong with {run_dir / CONFIG_FILE}: {found}; was config.yaml edited, "
+            "or the checkpoint copied from another run?"
+        )
+
+
 @dataclass
 class LoadedRun:
     run_dir: Path
@@ -264,10 +293,10 @@ def load_run(run_dir: str | Path, which: str = "best", device: str | torch.devic
     if not path.exists():
         raise UserError(f"{run_dir}: no {which} checkpoint yet ({path.relative_to(run_dir)}); train longer or wait")
     state = load_checkpoint(path)
+    check_belongs(path, state, config, run_dir)
     model = build_model(config, vocab_size=len(task.vocab))
-    try:
-        model.load_state_dict(state["model"])
-    except (RuntimeError, KeyError) as err:
-        raise CheckpointError(f"{path}: does not fit the run's config ({first_line(err)})") from None
+    if (found := weights_mismatch(model.state_dict(), state["model"])) is not None:
+        raise CheckpointError(f"{path} does not fit {run_dir / CONFIG_FILE} and {VOCAB_FILE}: {found}")
+    model.load_state_dict(state["model"])
     framing = get_framing(task, config.model.arch)
     return LoadedRun(run_dir, config, task, framing, model.to(device).eval(), int(state.get("step", 0)))

@@ -30,10 +30,8 @@ process and each of its methods the identity.
 from __future__ import annotations
 
 import contextlib
-import signal
-import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,9 +41,12 @@ from torch import nn
 from tinytf.attend import attention_report
 from tinytf.checkpoint import (
     CheckpointError,
+    config_mismatch,
     load_optimizer_state,
     save_checkpoint,
+    trained_with,
     training_state_problem,
+    weights_mismatch,
 )
 from tinytf.config import Config, LogConfig, TrainConfig
 from tinytf.data import TaskData
@@ -66,6 +67,7 @@ from tinytf.loggers import (
 from tinytf.model import build_model
 from tinytf.optim import learning_rate, make_optimizer, set_learning_rate
 from tinytf.runs import METRICS_FILE, checkpoint_path, open_for_resume, prepare_run_dir
+from tinytf.stopping import stop_on_signals
 from tinytf.tasks import get_task
 from tinytf.tasks.vocab import Vocabulary
 
@@ -119,7 +121,11 @@ def train(
         if job.is_main:  # the run folder's own reports
             run_dir = trainer.run_dir
             trainer.loggers[:0] = [MetricsFileLogger(run_dir / METRICS_FILE), TensorBoardLogger(run_dir, config)]
-        return trainer.run()
+        try:
+            return trainer.run()
+        except OSError as err:  # a full disk, most likely: every file written so far is whole
+            where = err.filename or trainer.run_dir
+            raise UserError(f"{where}: cannot write: {err.strerror or err}; {trainer.what_is_saved()}") from None
 
 
 def _assemble(config: Config, vocab: Vocabulary | None, loggers: Sequence[Logger], job: Job) -> Trainer:
@@ -172,7 +178,7 @@ class Trainer:
         step_dtype = torch.bfloat16 if self.precision == "bf16" else torch.float32
         self.optimizer = make_optimizer(model, settings, self.device, step_dtype)
         self.step = 0
-        self.saved_step = 0  # the step of checkpoints/last.pt
+        self.saved_steps: dict[str, int] = {}  # "last"/"best" -> the step of the checkpoint written (or resumed)
         self.best_score: list[float] | None = None  # (seq_acc, -loss) of checkpoints/best.pt
         self.best: dict[str, float] = {}
         self.final: dict[str, float] = {}
@@ -195,7 +201,7 @@ class Trainer:
             interrupted = True
         except KeyboardInterrupt:  # a second Ctrl-C: stop now; last.pt keeps the last whole state
             interrupted = True
-            self.step = self.saved_step
+            self.step = self.saved_steps.get("last", 0)
         except TrainingDiverged as err:  # the weights are still finite: no update was applied
             diverged = err
         except Exception:  # e.g. the disk is full: close the loggers quietly, then say so
@@ -216,7 +222,7 @@ class Trainer:
     def _loop(self, step_model: nn.Module, window: _ThroughputWindow) -> None:
         """Train until settings.steps, an early stop, or Ctrl-C (raises _Interrupted once saved)."""
         settings, log = self.settings, self.log
-        with _stop_on_signals(self.job.stop_signals) as stop_requested:
+        with stop_on_signals(self.job.stop_signals) as stop_requested:
             while self.step < settings.steps:
                 logits, labels, grad_norm = self._train_step(step_model, window)
                 self.step += 1
@@ -267,7 +273,7 @@ class Trainer:
         loss = loss.detach()
         finite = torch.isfinite(loss) if grad_norm is None else torch.isfinite(loss) & torch.isfinite(grad_norm)
         if not bool(finite):
-            kept = f"checkpoints/last.pt keeps step {self.saved_step}" if self.saved_step else "no checkpoint was saved"
+            kept = self.what_is_saved()
             raise TrainingDiverged(
                 f"training diverged at step {self.step + 1}: the loss is {loss.item()}"
                 + (f" and the gradient norm {grad_norm.item()}" if grad_norm is not None else "")
@@ -325,6 +331,7 @@ class Trainer:
             rng["torch_by_rank"] = streams
         return {
             "step": self.step,
+            "config": trained_with(self.model.config, self.framing.task.config),
             "model": self.model.state_dict(),
             "optimizer": self.optimizer.state_dict(),
             "best_score": self.best_score,
@@ -338,7 +345,11 @@ class Trainer:
         """Continue from `state_dict()`. A `CheckpointError` if `state` is not a whole
         training state of this run's shapes and kinds (checked before anything is loaded)
         or if it does not fit this model."""
-        found = training_state_problem(state, self.optimizer.state_dict(), self.settings.optimizer)
+        found = (
+            training_state_problem(state, self.optimizer.state_dict(), self.settings.optimizer)
+            or config_mismatch(state, self.model.config, self.framing.task.config)
+            or weights_mismatch(self.model.state_dict(), state["model"])
+        )
         if found is not None:
             raise CheckpointError(f"the run's last checkpoint cannot be resumed: {found}")
         parts = {
@@ -358,7 +369,7 @@ class Trainer:
                     f"the run's last checkpoint: its {part!r} does not fit this run{hint}: {first_line(err)}"
                 ) from None
         self.step, self.best_score, self.best = state["step"], state["best_score"], dict(state["best"])
-        self.saved_step = self.step
+        self.saved_steps["last"] = self.step
         self.window.loss_sum.fill_(state["window"]["loss_sum"])
         self.window.steps = state["window"]["steps"]
 
@@ -375,13 +386,18 @@ class Trainer:
             return
         state = self.state_dict()
         path = checkpoint_path(self.run_dir, which)
-        try:
-            self.job.on_main(lambda: save_checkpoint(state, path))  # rank 0's error, on every process
-        except OSError as err:  # a full disk, most likely: the previous checkpoint is intact
-            kept = f"checkpoints/last.pt still holds step {self.saved_step}" if self.saved_step else "no checkpoint yet"
-            raise UserError(f"cannot write {path} ({err.strerror or err}); {kept}") from None
-        if which == "last":
-            self.saved_step = self.step
+        self.job.on_main(lambda: save_checkpoint(state, path))  # rank 0's error, on every process
+        self.saved_steps[which] = self.step
+
+    def what_is_saved(self) -> str:
+        """What the run folder's checkpoints hold, in words (after a failure to write)."""
+        if not self.saved_steps:
+            return "the run has no checkpoint yet"
+        saved = self.saved_steps
+        held = " and ".join(
+            f"checkpoints/{which}.pt of step {saved[which]}" for which in ("last", "best") if which in saved
+        )
+        return f"the run keeps {held}"
 
 
 class TrainingDiverged(UserError):
@@ -423,27 +439,3 @@ class _ThroughputWindow:
         self.loss_sum.zero_()
         self.steps, self.tokens, self.start = 0, 0, time.perf_counter()
         return values
-
-
-@contextlib.contextmanager
-def _stop_on_signals(signals: Sequence[signal.Signals]) -> Iterator:
-    """While active, the first Ctrl-C (or another of `signals`: SIGTERM too under torchrun,
-    which forwards what it gets) only raises a flag (the loop stops at the end of its
-    step); a second one interrupts at once. Yields a function that reads the flag."""
-    requested = threading.Event()
-    if threading.current_thread() is not threading.main_thread():
-        yield requested.is_set
-        return
-
-    def on_signal(signum, frame):
-        if requested.is_set():
-            raise KeyboardInterrupt
-        requested.set()
-
-    previous = {number: signal.signal(number, on_signal) for number in signals}
-    try:
-        yield requested.is_set
-    finally:
-        for number, handler in previous.items():
-            if signal.getsignal(number) is on_signal:  # unless changed meanwhile (JobFailed ignores SIGTERM)
-                signal.signal(number, handler)

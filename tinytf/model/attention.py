@@ -29,7 +29,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from tinytf.model.hooks import Probe
-from tinytf.model.masks import bias_from_allowed, continuation_bias
+from tinytf.model.masks import bias_from_mask, continuation_bias, hides_every_key
 from tinytf.model.positional import RotaryPositions
 
 
@@ -55,8 +55,10 @@ def attention(
     scale: the factor on Q K^T; by default 1 / sqrt(d_k).
 
     Returns output (..., T_q, D_h) and the weights (..., T_q, T_k), each row a probability
-    distribution over the keys (before dropout); a query with every key masked gets
-    uniform weights, not NaN.
+    distribution over the keys (before dropout). A query with every key masked has nothing
+    to attend to: zero weights, a zero output and zero gradients, never NaN. torch's kernel
+    gives the same for a bool mask or a row of -inf, but it averages the values on a row of
+    the most negative finite float (masks.py's hidden value), where `attention` gives zeros.
     """
     if is_causal and attn_mask is not None:
         raise ValueError("pass either is_causal or an attn_mask that already holds the causal mask, not both")
@@ -70,15 +72,14 @@ def attention(
     if is_causal:
         attn_mask = torch.ones(query_len, key_len, dtype=torch.bool, device=q.device).tril()  # (T_q, T_k), j <= i
     if attn_mask is not None:
-        if attn_mask.dtype == torch.bool:
-            # A bool mask says *whether* to attend; added as 0/1 it would barely change
-            # the scores. Turn it into a bias: 0 where allowed, most negative float elsewhere.
-            attn_mask = bias_from_allowed(attn_mask, scores.dtype)
-        elif not attn_mask.is_floating_point():
-            raise TypeError(f"attn_mask must be bool (True = may attend) or float (a bias), got {attn_mask.dtype}")
-        scores = scores + attn_mask  # (..., T_q, T_k) + bias broadcast to (..., T_q, T_k)
+        # Masking is addition: 0 keeps a key, the most negative float hides it (exp -> 0).
+        scores = scores + bias_from_mask(attn_mask, scores.dtype)  # (..., T_q, T_k) + bias broadcast
 
     weights = torch.softmax(scores, dim=-1)  # (..., T_q, T_k), each row sums to 1
+    if attn_mask is not None:
+        # A query that may see no key would get uniform weights over forbidden keys: it
+        # gets none at all, so its output is zero (as in torch's kernel for a bool mask).
+        weights = weights.masked_fill(hides_every_key(attn_mask), 0.0)  # (..., T_q, 1) broadcast over T_k
     attended = F.dropout(weights, p=dropout_p) if dropout_p > 0 else weights
     output = attended @ v  # (..., T_q, T_k) @ (..., T_k, D_h) -> (..., T_q, D_h)
     return output, weights
@@ -166,6 +167,8 @@ class MultiHeadAttention(nn.Module):
                 weights, heads = hooked, F.dropout(hooked, p=dropout) @ v  # the heads read the hook's weights
         else:
             heads = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_bias, dropout_p=dropout, is_causal=is_causal)
+            if attn_bias is not None:  # as in `attention`: a query that may see no key reads nothing
+                heads = heads.masked_fill(hides_every_key(attn_bias), 0.0)  # (B, H, T_q, D_h)
         if probe is not None:
             heads = probe(f"{self.name}.z", heads)
         batch, _, query_len, _ = heads.shape  # heads: (B, H, T_q, D_h)

@@ -35,7 +35,8 @@ from collections.abc import Callable, Collection, Mapping
 
 import torch
 
-# A hook gets the value at its name and returns the value to use instead (None: keep it).
+# A hook gets the value at its name and returns the value to use instead, a tensor of the
+# same shape and dtype (None: keep it).
 Hook = Callable[[torch.Tensor], torch.Tensor | None]
 Names = Collection[str] | Callable[[str], bool] | None
 
@@ -76,12 +77,7 @@ class Probe:
         if hook is not None:
             replaced = hook(value)
             if replaced is not None:
-                if not isinstance(replaced, torch.Tensor) or replaced.shape != value.shape:
-                    got = tuple(replaced.shape) if isinstance(replaced, torch.Tensor) else type(replaced).__name__
-                    raise ValueError(
-                        f"the hook at {name!r} must return a tensor of shape {tuple(value.shape)} "
-                        f"(or None to keep the value), not {got}"
-                    )
+                _check_replacement(name, value, replaced)
                 value = replaced
         if self.keep(name):
             self.cache[name] = value
@@ -91,6 +87,18 @@ class Probe:
 def probe_at(probe: Probe | None, name: str, value: torch.Tensor) -> torch.Tensor:
     """`probe(name, value)`, or `value` untouched when there is no probe."""
     return value if probe is None else probe(name, value)
+
+
+def _check_replacement(name: str, value: torch.Tensor, replaced: object) -> None:
+    """A clear error unless a hook's `replaced` can stand in for `value`: a tensor of the same
+    shape and dtype (torch would fail later, far from the hook, or mix precisions)."""
+    expected = f"a tensor of shape {tuple(value.shape)} and dtype {value.dtype} (or None to keep the value)"
+    if not isinstance(replaced, torch.Tensor):
+        raise TypeError(f"the hook at {name!r} must return {expected}, not {type(replaced).__name__}")
+    if replaced.shape != value.shape:
+        raise ValueError(f"the hook at {name!r} must return {expected}, not shape {tuple(replaced.shape)}")
+    if replaced.dtype != value.dtype:
+        raise TypeError(f"the hook at {name!r} must return {expected}, not dtype {replaced.dtype}")
 
 
 def _unknown(name: str, valid_names: list[str]) -> str:

@@ -14,7 +14,9 @@ pass it to a function that expects another:
               so a masked key gets zero weight. This is what attention consumes.
 
 We use the most negative finite float rather than -inf on purpose: a query whose keys
-are *all* masked then gets finite (uniform) weights instead of 0/0 = NaN.
+are *all* masked then keeps finite scores instead of a softmax of 0/0 = NaN (in its value
+and in its gradient). Attention then gives that query zero weights (`hides_every_key`
+finds it), as torch's fused kernel does for a bool mask.
 """
 
 from __future__ import annotations
@@ -47,6 +49,32 @@ def bias_from_allowed(allowed: torch.Tensor, dtype: torch.dtype = torch.float32)
     0 where allowed, the most negative finite float where not."""
     bias = torch.zeros(allowed.shape, dtype=dtype, device=allowed.device)
     return bias.masked_fill_(~allowed, torch.finfo(dtype).min)
+
+
+def bias_from_mask(attn_mask: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """torch's `attn_mask` as a bias to add to the scores, in `dtype` for a bool mask.
+
+    A bool mask says *whether* to attend (True = may attend); added as 0/1 it would barely
+    change the scores, so it becomes 0 where allowed, the most negative float elsewhere. A
+    float mask is a bias already; its -inf becomes the most negative float, which hides a
+    key as well and cannot turn a fully masked row into a softmax of 0/0 = NaN.
+    """
+    if attn_mask.dtype == torch.bool:
+        return bias_from_allowed(attn_mask, dtype)
+    if not attn_mask.is_floating_point():
+        raise TypeError(f"attn_mask must be bool (True = may attend) or float (a bias), got {attn_mask.dtype}")
+    return attn_mask.clamp(min=torch.finfo(attn_mask.dtype).min)
+
+
+def hides_every_key(mask: torch.Tensor) -> torch.Tensor:
+    """True for each query that `mask` lets see no key at all; (..., T_q, T_k) -> (..., T_q, 1).
+
+    mask: bool "may attend" (a row all False), or a float bias (a row all hidden: the most
+    negative float, as `bias_from_allowed` writes it, or -inf).
+    """
+    if mask.dtype == torch.bool:
+        return ~mask.any(dim=-1, keepdim=True)
+    return (mask <= torch.finfo(mask.dtype).min).all(dim=-1, keepdim=True)
 
 
 def attention_bias(

@@ -22,7 +22,9 @@ True at PAD positions, the keys that get zero attention weight.
 Inputs are checked before the embedding reads them: ids outside [0, vocab_size), an
 empty batch or sequence, and a source batch of another size than `tokens` are a
 `ValueError` naming the argument, ids that are not integers a `TypeError` (the embedding
-would raise an IndexError on a CPU, and trip a device-side assert on a GPU).
+would raise an IndexError on a CPU, and trip a device-side assert on a GPU). So are pad
+masks, before the attention masks are built from them: a `pad_mask` that is not bool is a
+`TypeError`, one of another shape than its sequence's (B, T) a `ValueError`.
 
 Attention weights are returned, never stored on modules:
 
@@ -146,6 +148,8 @@ class Transformer(nn.Module):
         probe = self._pattern_probe(probe, return_attention)
         argument = "tokens" if self.decoder is None else "source"  # encoder-only: forward's `tokens`
         x = self.embed(source, name=argument, probe=probe)  # (B, S, D)
+        mask_argument = "pad_mask" if self.decoder is None else "source_pad_mask"
+        check_pad_mask(source_pad_mask, source.shape, mask_argument, of=argument)
         bias = attention_bias(source_pad_mask, source.size(1), causal=False)  # (B, 1, S, S) or None
         encoded = self.encoder(x, bias, rope=self.rope, probe=probe)
         return encoded, _per_layer(self.encoder, probe if return_attention else None)
@@ -187,12 +191,9 @@ class Transformer(nn.Module):
         probe = self._pattern_probe(probe, return_attention)
         start = cache[0].self_attn.length if cache else 0
         x = self.embed(tokens, start, probe=probe)  # (B, T, D)
-        if context is not None and context.size(0) != tokens.size(0):
-            source_shape = tuple(context.shape[:2])  # (B, S) of the source that was encoded
-            raise ValueError(
-                f"the source {source_shape} and `tokens` {tuple(tokens.shape)} must hold the same "
-                "number of sequences: one source per sequence of tokens"
-            )
+        if context is not None:
+            check_context(context, source_pad_mask, tokens)
+        check_pad_mask(pad_mask, tokens.shape, "pad_mask", of="tokens")
         self_bias = attention_bias(pad_mask, tokens.size(1), causal=True)  # (B, 1, T, T) or None
         # Every decoder query may look at every non-PAD source position.
         context_bias = attention_bias(source_pad_mask, tokens.size(1), causal=False)  # (B, 1, T, S) or None
@@ -328,6 +329,33 @@ def check_ids(ids: torch.Tensor, vocab_size: int, name: str, values: bool = True
             f"`{name}` holds ids from {low} to {high}; this model's vocabulary has ids 0 to "
             f"{vocab_size - 1} (vocab_size={vocab_size})"
         )
+
+
+def check_pad_mask(pad_mask: torch.Tensor | None, shape: tuple[int, ...], name: str, of: str) -> None:
+    """A clear error unless `pad_mask` is None or a bool tensor of `shape`, the (B, L) of the
+    sequence `of` whose PAD positions it marks."""
+    if pad_mask is None:
+        return
+    if not isinstance(pad_mask, torch.Tensor) or pad_mask.dtype != torch.bool:
+        got = pad_mask.dtype if isinstance(pad_mask, torch.Tensor) else type(pad_mask).__name__
+        raise TypeError(f"`{name}` must be a tensor of torch.bool, True at the PAD positions of `{of}`, not {got}")
+    if pad_mask.shape != shape:
+        raise ValueError(
+            f"`{name}` must have the shape of `{of}`, {tuple(shape)}: one bool per token, True at PAD; "
+            f"its shape is {tuple(pad_mask.shape)}"
+        )
+
+
+def check_context(context: torch.Tensor, source_pad_mask: torch.Tensor | None, tokens: torch.Tensor) -> None:
+    """A clear error unless the encoded source `context` (B, S, D) holds one sequence per
+    sequence of `tokens`, and `source_pad_mask` (if any) is its (B, S) bool mask."""
+    source_shape = context.shape[:2]  # (B, S) of the source that was encoded
+    if context.size(0) != tokens.size(0):
+        raise ValueError(
+            f"the source {tuple(source_shape)} and `tokens` {tuple(tokens.shape)} must hold the same "
+            "number of sequences: one source per sequence of tokens"
+        )
+    check_pad_mask(source_pad_mask, source_shape, "source_pad_mask", of="source")
 
 
 def _is_pattern(name: str) -> bool:
