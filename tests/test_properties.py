@@ -204,11 +204,10 @@ def folder(tmp_path_factory):
 @example(text="task:\n  name: text\n  path: /dev/zero\n")  # a data file that never ends
 @example(text="seed: 100000000000000000000000000000000000000\n")
 @example(text="? [a, b]\n: c\n")  # a key that is a list
-# regression (fixed) (found by this test; the fix is outside this file): a key with a line break in it is
-# quoted raw in the error, which becomes two lines: 'error: FILE: \n: unknown key (allowed: ...)'.
+# A key with a line break in it, quoted raw in the error, would make it two lines:
+# 'error: FILE: \n: unknown key (allowed: ...)'.
 @example(text='"\\n": 0\n')
-# regression (fixed) (found by this test; the fix is in tinytf/tasks/text.py): a NUL in task.path makes
-# Path.stat() raise ValueError("embedded null byte"), which nothing turns into one line.
+# A NUL in task.path makes Path.stat() raise ValueError("embedded null byte"), not an OSError.
 @example(text='task:\n  name: text\n  path: "a\\0b"\n')
 def test_any_yaml_document_is_a_config_or_one_error_line(folder, text):
     path = folder / "random.yaml"
@@ -290,10 +289,10 @@ def overrides(draw):
 @example(sets=["train.betas=[0.9, 0.98, 0.5]"])
 @example(sets=["seed=99999999999999999999999999"])
 @example(sets=["task.path=/dev/zero", "task.name=text"])
-# regression (fixed) (found by this test; the fix is outside this file): the --set text is quoted raw in the
-# error, so a value with a line break makes it two lines: 'error: --set model.d_model=64\nx: ...'.
+# The --set text, quoted raw in the error, would make a value with a line break two lines:
+# 'error: --set model.d_model=64\nx: ...'.
 @example(sets=["model.d_model=64\nx"])
-@example(sets=["task.name=text", "task.path=a\x00b"])  # regression (fixed): the NUL in task.path above
+@example(sets=["task.name=text", "task.path=a\x00b"])  # the NUL in task.path above
 def test_any_set_is_a_config_or_one_error_line(sets):
     args = [arg for value in sets for arg in ("--set", value)]
     assert_contract(run_cli("config", "show", QUICKSTART, *args), f"config show --set {sets!r}")

@@ -194,9 +194,8 @@ def test_unwritable_places_are_one_line_errors(trained, tmp_path):
     )
 
 
-# BUG (found by this test; the fix is outside this file: tinytf/runs.py, or one catch in
-# cli.py): finding and loading a run probes it with Path.is_dir(), is_file() and exists(),
-# which raise PermissionError in a folder the user cannot enter: a traceback, not one line.
+# Finding and loading a run probes it with Path.is_dir(), is_file() and exists(), which
+# raise PermissionError in a folder the user cannot enter: one line, not a traceback.
 @pytest.mark.parametrize(
     "denied, args",
     [
