@@ -195,6 +195,9 @@ class TrainConfig(Section):
     # Stop early once validation sequence accuracy reaches this fraction.
     stop_at_accuracy: Annotated[float, Field(gt=0.0, le=1.0)] | None = None
     compile: Bool = False
+    # Refuse, before allocating anything, a config whose estimated memory (tinytf/memory.py) exceeds
+    # this many GB (10^9 bytes; a million: a petabyte). None: 80% of this machine's memory, if known.
+    memory_limit_gb: Annotated[float, Field(gt=0.0, le=1e6)] | None = None
 
 
 class LogConfig(Section):

@@ -64,6 +64,7 @@ from tinytf.loggers import (
     attention_samples,
     predictions_markdown,
 )
+from tinytf.memory import check_memory
 from tinytf.model import build_model
 from tinytf.optim import learning_rate, make_optimizer, set_learning_rate
 from tinytf.runs import METRICS_FILE, checkpoint_path, open_for_resume, prepare_run_dir
@@ -102,6 +103,7 @@ def train(
     run folder and reports to `loggers`.
     """
     check_config(config)
+    check_memory(config)  # refuse, before anything is allocated, a config this machine cannot hold
     resume = Path(resume) if resume is not None else None
     if resume is None and config.task.path is not None:  # the run keeps working from any folder
         absolute = str(Path(config.task.path).resolve())

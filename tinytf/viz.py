@@ -25,6 +25,9 @@ if TYPE_CHECKING:
 
 SHADES = " ░▒▓█"  # weight 0 .. 1, in five steps
 ASCII_SHADES = " .:#@"  # the same steps, for an output that cannot show SHADES (e.g. cp1252)
+# A head's map is drawn at most this many inches square: past a few hundred tokens the labels
+# cannot be read anyway, and an image growing with the length squared would outgrow memory.
+MAX_MAP_INCHES = 16
 
 
 def terminal_shades(stream: TextIO | None = None) -> str:
@@ -58,7 +61,7 @@ def layer_figure(attention: AttentionMap) -> Figure:
     from matplotlib.figure import Figure  # imported here: matplotlib is slow to import
 
     n_heads = attention.n_heads
-    size = 0.9 + 0.15 * max(len(attention.key_tokens), len(attention.query_tokens))
+    size = min(0.9 + 0.15 * max(len(attention.key_tokens), len(attention.query_tokens)), MAX_MAP_INCHES)
     figure = Figure(figsize=(size * n_heads + 0.6, size + 0.6), layout="constrained")
     axes = figure.subplots(1, n_heads, squeeze=False)[0]
     for head, (ax, title) in enumerate(zip(axes, _head_titles(attention), strict=True)):
@@ -74,7 +77,7 @@ def report_figure(report: AttentionReport) -> Figure:
 
     rows, cols = len(report.maps), max(m.n_heads for m in report.maps)
     longest = max(max(len(m.key_tokens), len(m.query_tokens)) for m in report.maps)
-    size = 0.9 + 0.22 * longest
+    size = min(0.9 + 0.22 * longest, MAX_MAP_INCHES)
     figure = Figure(figsize=(size * cols + 0.6, size * rows + 0.6), layout="constrained")
     axes = figure.subplots(rows, cols, squeeze=False)
     for row, attention in enumerate(report.maps):

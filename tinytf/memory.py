@@ -1,0 +1,140 @@
+"""Whether a config fits in this machine's memory, estimated from the config alone,
+before anything is allocated.
+
+Each size has its own bound (config.py), but bounds do not compose: a long task, a big
+held-out set and a wide model, each within its bounds, can together need hundreds of GB.
+`check_memory(config)`, which `tinytf.training.train` calls before it draws any data or
+builds the model, refuses such a config in one line, naming its largest part and the keys
+behind it. The limit is `train.memory_limit_gb`, by default 80% of the machine's memory.
+
+The estimate (float32 weights and activations, int64 token ids) adds up:
+
+    the model           its parameters, their gradients and the optimizer's state (AdamW
+                        keeps two moments per parameter; Muon fewer: counted as AdamW)
+    the held-out set    task.eval_size examples of source and target ids, and the copies
+                        drawing and sorting them make
+    a training step     what the backward pass keeps: per token and layer about 16 D + 4 F
+                        floats; every head's attention weights (with dropout the explicit
+                        path keeps scores, weights, mask and dropped weights); the logits
+    looking inside      evaluation's batches of held-out examples, and the attention maps
+                        that head scores keep (with log.head_scores)
+
+It errs high on purpose: it is a guard against a config that cannot run, not a profiler.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+from tinytf.config import Config, ConfigProblem
+from tinytf.framing import get_framing
+from tinytf.tasks import get_task
+
+GB = 10**9  # train.memory_limit_gb counts these
+FLOAT, ID = 4, 8  # bytes of a float32 and of an int64 token id
+MACHINE_SHARE = 0.8  # without train.memory_limit_gb: this share of the machine's memory
+FLOATS_PER_D, FLOATS_PER_F = 16, 4  # kept for backward, per token and layer (an upper bound)
+ATTENTION_MAPS = 5  # (B, H, T_q, T_k) maps a layer keeps for backward
+LOGITS_COPIES = 3  # the logits, their log-softmax and its gradient
+HELD_OUT_COPIES = 5  # the held-out ids, the temporaries of drawing them, a sorted copy
+EVAL_EXAMPLES, HEAD_SCORE_EXAMPLES = 500, 64  # held-out examples evaluated, and scored, at once
+
+
+@dataclass(frozen=True)
+class Part:
+    what: str  # "the held-out set"
+    bytes: int
+    keys: str  # the config keys that drive it: "task.eval_size × task.max_len"
+
+
+def estimate(config: Config) -> list[Part]:
+    """What training `config` (one `check_config` accepts) needs in memory, part by part."""
+    model, train = config.model, config.train
+    task = get_task(config.task)
+    tokens, source = get_framing(task, model.arch).model_lengths()  # the longest inputs
+    vocab, d, f, heads = len(task.vocab), model.d_model, model.d_ff, model.n_heads
+    encoder_layers = (model.n_encoder_layers or model.n_layers) if source else 0
+    decoder_layers = (model.n_decoder_layers or model.n_layers) if source else model.n_layers
+    layers = encoder_layers + decoder_layers
+    # Attention (4 D²) and feed-forward (2 D F) matrices with their biases, LayerNorms and a
+    # decoder's cross-attention (a few D), the token tables, learned positions.
+    parameters = layers * (4 * d * d + 2 * d * f + f + 24 * d) + (4 * d * d * decoder_layers if source else 0)
+    parameters += 2 * vocab * d + model.max_len * d
+    positions = tokens + source
+    attention_area = decoder_layers * tokens * (tokens + source) + encoder_layers * source * source  # per head
+    step = train.batch_size
+    evaluated = min(EVAL_EXAMPLES, config.task.eval_size)
+    scored = (
+        min(HEAD_SCORE_EXAMPLES, config.task.eval_size) if config.log.attention_every and config.log.head_scores else 0
+    )
+    length = "task.max_len"
+    return [
+        Part("the model and its optimizer", 4 * parameters * FLOAT, "model.d_model, model.d_ff and model.n_layers"),
+        Part(
+            "the held-out set",
+            HELD_OUT_COPIES * config.task.eval_size * (task.max_source_len + task.max_target_len) * ID,
+            f"task.eval_size × {length}",
+        ),
+        Part(
+            "a training step's activations",
+            step * positions * layers * (FLOATS_PER_D * d + FLOATS_PER_F * f) * FLOAT,
+            f"train.batch_size × {length} × model.n_layers × model.d_model",
+        ),
+        Part(
+            "a training step's attention weights",
+            ATTENTION_MAPS * step * heads * attention_area * FLOAT,
+            f"train.batch_size × model.n_heads × {length}² × model.n_layers",
+        ),
+        Part(
+            "the logits", LOGITS_COPIES * max(step, evaluated) * tokens * vocab * FLOAT, "train.batch_size × vocabulary"
+        ),
+        Part(
+            "evaluating and scoring heads",
+            (evaluated * heads * positions**2 + scored * heads * attention_area) * FLOAT,
+            f"task.eval_size × model.n_heads × {length}²",
+        ),
+    ]
+
+
+def check_memory(config: Config) -> None:
+    """A `ConfigProblem` (one `error:` line) if `config` needs more memory than its limit."""
+    limit = memory_limit(config)
+    if limit is None:
+        return
+    allowed, reason = limit
+    parts = estimate(config)
+    total = sum(part.bytes for part in parts)
+    if total <= allowed:
+        return
+    largest = max(parts, key=lambda part: part.bytes)
+    raise ConfigProblem(
+        f"this config needs about {_gb(total)} of memory ({largest.what}: {_gb(largest.bytes)}; "
+        f"{largest.keys}), more than the {_gb(allowed)} limit ({reason}); make it smaller or raise "
+        "train.memory_limit_gb",
+        "train.memory_limit_gb",
+    )
+
+
+def memory_limit(config: Config) -> tuple[int, str] | None:
+    """The most memory `config` may need, in bytes, and where that limit comes from; None
+    (no check) where it is not set and the machine's memory is unknown."""
+    if config.train.memory_limit_gb is not None:
+        return round(config.train.memory_limit_gb * GB), "train.memory_limit_gb"
+    physical = physical_memory()
+    if physical is None:
+        return None
+    return int(physical * MACHINE_SHARE), f"{MACHINE_SHARE:.0%} of this machine's memory"
+
+
+def physical_memory() -> int | None:
+    """This machine's memory in bytes, or None where the OS does not say (no sysconf on Windows)."""
+    try:
+        pages, page_size = os.sysconf("SC_PHYS_PAGES"), os.sysconf("SC_PAGE_SIZE")
+    except (AttributeError, ValueError, OSError):
+        return None
+    return pages * page_size if pages > 0 and page_size > 0 else None
+
+
+def _gb(n: int) -> str:
+    return f"{n / GB:,.1f} GB"
