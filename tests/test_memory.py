@@ -38,13 +38,13 @@ def part(config, what):
 
 @pytest.mark.parametrize("arch", ["encoder", "decoder", "encoder-decoder"])
 @pytest.mark.parametrize("positional", ["sinusoidal", "learned", "rope"])
-def test_the_model_part_holds_the_weights_gradients_and_two_moments(arch, positional):
+def test_the_model_part_holds_the_weights_gradients_moments_and_a_checkpoint(arch, positional):
     sizes = {"d_model": 64, "n_heads": 4, "n_layers": 2, "d_ff": 256, "max_len": 64}
     config = tiny_config(model={**sizes, "arch": arch, "positional": positional, "tie_embeddings": False})
     model = build_model(config, len(get_task(config.task).vocab))
     parameters = sum(p.numel() for p in model.parameters())
     assert (
-        4 * parameters * 4 <= part(config, "the model and its optimizer") <= 5 * parameters * 4
+        7 * parameters * 4 <= part(config, "the model and its optimizer") <= 8 * parameters * 4
     )  # (the position table and a few floats more)
 
 

@@ -119,8 +119,9 @@ def structure_problem(state: dict[Any, Any]) -> str | None:
 
 def trained_with(model: BaseModel, task: BaseModel) -> dict[str, Any]:
     """What a checkpoint's weights mean something under: its model and task settings, as
-    dotted keys ({"model.n_heads": 2, "task.name": "sort", ...}). Saved as its 'config'."""
-    sections = {"model": model.model_dump(mode="json"), "task": task.model_dump(mode="json")}
+    dotted keys ({"model.n_heads": 2, "task.name": "sort", ...}). Saved as its 'config'.
+    Not task.path: where the text file lies (its content is checked by its SHA-256)."""
+    sections = {"model": model.model_dump(mode="json"), "task": task.model_dump(mode="json", exclude={"path"})}
     return {f"{section}.{key}": value for section, values in sections.items() for key, value in values.items()}
 
 

@@ -34,8 +34,8 @@ from tinytf.viewer import attention_page
 from tinytf.viz import report_figure, save_figure, terminal_report
 
 QUICKSTART = "quickstart.yaml"  # packaged inside tinytf, so `tinytf train` works from any folder
-ATTENTION_FILES = ("json", "npz", "png", "html")
-HEAD_SCORE_INPUTS = 200  # `heads`' default number of held-out inputs  # the `attend` formats written to a file
+ATTENTION_FILES = ("json", "npz", "png", "html")  # the `attend` formats written to a file
+HEAD_SCORE_INPUTS = 200  # `heads`' default number of held-out inputs
 
 # How many things a command works through, and their unit -> a progress callback or None (cli.progress_bar).
 ProgressBar = Callable[[int, str], AbstractContextManager[Progress | None]]
@@ -295,8 +295,8 @@ def check_writable_file(out: Path, example: str) -> None:
 
 @contextlib.contextmanager
 def writing(path: Path) -> Iterator[BinaryIO]:
-    """A file to write `path`'s new content to, atomically (`files.atomic_writer`); through a
-    symbolic link, as the shell's `>` writes, whatever the format. An OSError is a one-line
+    """A file to write `path`'s new content to, atomically (`files.atomic_writer`), through
+    a symbolic link to the file it names, whatever the format. An OSError is a one-line
     `UserError` naming `path`."""
     try:
         with atomic_writer(path.resolve()) as file:

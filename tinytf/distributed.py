@@ -97,6 +97,7 @@ class Launch:
         return cls(rank, world_size, local_rank, local_world_size)
 
     def check_batch_size(self, batch_size: int) -> None:
+        """A `ConfigError` unless the global batch shares out equally over the job's processes."""
         if batch_size % self.world_size:
             raise ConfigError(
                 f"train.batch_size={batch_size}: the global batch, shared equally by the "

@@ -30,12 +30,15 @@ def atomic_writer(path: str | Path) -> Iterator[BinaryIO]:
     path = Path(path)
     temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
-        with naming_errors(path), open(temporary, "wb") as file:
+        with open(temporary, "wb") as file:
             yield file
             file.flush()
             os.fsync(file.fileno())
-        with naming_errors(path):
-            os.replace(temporary, path)  # atomic on POSIX and Windows
+        os.replace(temporary, path)  # atomic on POSIX and Windows
+    except OSError as err:
+        if err.filename not in (None, str(temporary)):
+            raise
+        raise OSError(err.errno, err.strerror or str(err), str(path)) from err  # the file meant, not its temporary
     finally:
         temporary.unlink(missing_ok=True)
     _fsync_folder(path.parent)

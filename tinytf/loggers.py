@@ -189,7 +189,8 @@ class TensorBoardLogger(NullLogger):
                 self.writer.flush()
                 self.writer.close()
         finally:
-            threading.excepthook = self.thread_errors
+            if threading.excepthook == self._quiet_writer_thread:  # unless replaced meanwhile
+                threading.excepthook = self.thread_errors
 
     def _quiet_writer_thread(self, args: threading.ExceptHookArgs) -> None:
         """TensorBoard writes the event file from a thread of its own. An OSError there (a

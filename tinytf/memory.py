@@ -10,7 +10,8 @@ behind it. The limit is `train.memory_limit_gb`, by default 80% of the machine's
 The estimate (float32 weights and activations, int64 token ids) adds up:
 
     the model           its parameters, their gradients and the optimizer's state (AdamW
-                        keeps two moments per parameter; Muon fewer: counted as AdamW)
+                        keeps two moments per parameter; Muon fewer: counted as AdamW), and
+                        a checkpoint of them serialised in memory
     the held-out set    task.eval_size examples of source and target ids, and the copies
                         drawing and sorting them make
     a training step     what the backward pass keeps: per token and layer about 16 D + 4 F
@@ -20,6 +21,8 @@ The estimate (float32 weights and activations, int64 token ids) adds up:
                         that head scores keep (with log.head_scores)
 
 It errs high on purpose: it is a guard against a config that cannot run, not a profiler.
+It weighs one process's need against the host's memory: a container's limit, a GPU's memory
+and the other processes of a torchrun job are not counted.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from tinytf.config import Config, ConfigProblem
+from tinytf.config import Config, ConfigProblem, ModelConfig
 from tinytf.framing import get_framing
 from tinytf.tasks import get_task
 
@@ -37,6 +40,7 @@ MACHINE_SHARE = 0.8  # without train.memory_limit_gb: this share of the machine'
 FLOATS_PER_D, FLOATS_PER_F = 16, 4  # kept for backward, per token and layer (an upper bound)
 ATTENTION_MAPS = 5  # (B, H, T_q, T_k) maps a layer keeps for backward
 LOGITS_COPIES = 3  # the logits, their log-softmax and its gradient
+MODEL_COPIES = 7  # weights, gradients, two moments, and a checkpoint of the three serialised in memory
 HELD_OUT_COPIES = 5  # the held-out ids, the temporaries of drawing them, a sorted copy
 EVAL_EXAMPLES, HEAD_SCORE_EXAMPLES = 500, 64  # held-out examples evaluated, and scored, at once
 
@@ -57,10 +61,7 @@ def estimate(config: Config) -> list[Part]:
     encoder_layers = (model.n_encoder_layers or model.n_layers) if source else 0
     decoder_layers = (model.n_decoder_layers or model.n_layers) if source else model.n_layers
     layers = encoder_layers + decoder_layers
-    # Attention (4 D²) and feed-forward (2 D F) matrices with their biases, LayerNorms and a
-    # decoder's cross-attention (a few D), the token tables, learned positions.
-    parameters = layers * (4 * d * d + 2 * d * f + f + 24 * d) + (4 * d * d * decoder_layers if source else 0)
-    parameters += 2 * vocab * d + model.max_len * d
+    parameters = _parameters(model, vocab, layers, cross_layers=decoder_layers if source else 0)
     positions = tokens + source
     attention_area = decoder_layers * tokens * (tokens + source) + encoder_layers * source * source  # per head
     step = train.batch_size
@@ -70,7 +71,11 @@ def estimate(config: Config) -> list[Part]:
     )
     length = "task.max_len"
     return [
-        Part("the model and its optimizer", 4 * parameters * FLOAT, "model.d_model, model.d_ff and model.n_layers"),
+        Part(
+            "the model and its optimizer",
+            MODEL_COPIES * parameters * FLOAT,
+            "model.d_model, model.d_ff and model.n_layers",
+        ),
         Part(
             "the held-out set",
             HELD_OUT_COPIES * config.task.eval_size * (task.max_source_len + task.max_target_len) * ID,
@@ -87,7 +92,9 @@ def estimate(config: Config) -> list[Part]:
             f"train.batch_size × model.n_heads × {length}² × model.n_layers",
         ),
         Part(
-            "the logits", LOGITS_COPIES * max(step, evaluated) * tokens * vocab * FLOAT, "train.batch_size × vocabulary"
+            "the logits",
+            LOGITS_COPIES * max(step, evaluated) * tokens * vocab * FLOAT,
+            f"train.batch_size or task.eval_size × {length} × the vocabulary",
         ),
         Part(
             "evaluating and scoring heads",
@@ -95,6 +102,14 @@ def estimate(config: Config) -> list[Part]:
             f"task.eval_size × model.n_heads × {length}²",
         ),
     ]
+
+
+def _parameters(model: ModelConfig, vocab: int, layers: int, cross_layers: int) -> int:
+    """Attention (4 D²) and feed-forward (2 D F) matrices with their biases and LayerNorms
+    (a few D), a decoder's cross-attention, the token tables and learned positions."""
+    d, f = model.d_model, model.d_ff
+    per_layer = 4 * d * d + 2 * d * f + f + 24 * d
+    return layers * per_layer + cross_layers * 4 * d * d + 2 * vocab * d + model.max_len * d
 
 
 def check_memory(config: Config) -> None:

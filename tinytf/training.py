@@ -127,7 +127,7 @@ def train(
             return trainer.run()
         except OSError as err:  # a full disk, most likely: every file written so far is whole
             where = err.filename or trainer.run_dir
-            raise UserError(f"{where}: cannot write: {err.strerror or err}; {trainer.what_is_saved()}") from None
+            raise UserError(f"{where}: {err.strerror or err}; {trainer.what_is_saved()}") from None
 
 
 def _assemble(config: Config, vocab: Vocabulary | None, loggers: Sequence[Logger], job: Job) -> Trainer:
