@@ -206,9 +206,9 @@ def test_a_language_model_scores_its_alignment_on_the_sequence():
     task = get_task(config.task)
     model = build_model(config).eval()
     framing = get_framing(task, "decoder")
-    report = head_scores(model, framing, text="the cat that sees the dogs sleeps")
-    assert report.patterns[-1] == "subject"
-    assert all(h.scores["subject"] is not None for h in report.heads)
+    report = head_scores(model, framing, text="the cat that sees the dogs slept . it is big , not small")
+    assert list(report.patterns[-3:]) == ["subject", "coreference", "semantic"]
+    assert all(h.scores[pattern] is not None for h in report.heads for pattern in report.patterns[-3:])
 
 
 # ---- the command

@@ -16,7 +16,7 @@ from tinytf.experiment import check_config
 from tinytf.framing import get_framing
 from tinytf.tasks import TASKS, get_task
 from tinytf.tasks.base import SymbolTask
-from tinytf.tasks.sentences import INTRANSITIVE, NOUNS, TRANSITIVE, Grammar
+from tinytf.tasks.sentences import COPULA, INTRANSITIVE, NOUNS, TRANSITIVE, Grammar, minimal_pairs
 from tinytf.tasks.text import MAX_TEXT_BYTES
 
 
@@ -155,11 +155,17 @@ def test_sentences_vocabulary_and_lengths():
         assert 3 <= len(target) - 2 <= 12
 
 
+COPULA_FORMS = {number: [word] for number, word in COPULA.items()}
+
+
 def test_sentences_verbs_agree_with_their_subject():
     grammar = Grammar(random.Random(0), max_depth=0)  # no clauses inside the subject
     number_of = {noun: number for number in ("sg", "pl") for noun in NOUNS[number]}
     verb_number = {
-        verb: number for table in (INTRANSITIVE, TRANSITIVE) for number in ("sg", "pl") for verb in table[number]
+        verb: number
+        for table in (INTRANSITIVE, TRANSITIVE, COPULA_FORMS)
+        for number in ("sg", "pl")
+        for verb in table[number]
     }
     past = set(INTRANSITIVE["past"]) | set(TRANSITIVE["past"])
     checked = 0
@@ -327,3 +333,30 @@ def test_induction_check_refuses_lengths_it_cannot_use(keys, fragment, blamed):
         task.check()
     assert blamed in caught.value.keys
     get_task(task_config("induction", min_len=2, max_len=2047)).check()  # the longest that fits
+
+
+@pytest.mark.parametrize("construction", ["subject", "coreference", "semantic"])
+def test_minimal_pairs_differ_in_the_word_the_answer_reads(construction):
+    task = get_task(task_config("sentences"))
+    for pair in minimal_pairs(construction, 200, seed=0):
+        clean, corrupt = pair.clean.split(), pair.corrupt.split()
+        assert len(clean) == len(corrupt) and pair.answer != pair.wrong
+        (differs,) = [i for i, (a, b) in enumerate(zip(clean, corrupt, strict=True)) if a != b]
+        for prompt, answer in ((clean, pair.answer), (corrupt, pair.wrong)):
+            tokens = ["<bos>", *prompt, answer, "<eos>"]  # a sentence of the grammar, each word one token
+            assert task.vocab.decode(task.vocab.encode(tokens)) == tokens
+            # the answer, at len(prompt) + 1 after <bos>, reads the word that differs
+            assert (len(prompt) + 1, differs + 1) in task.alignments([], task.vocab.encode(tokens))[construction]
+    assert minimal_pairs(construction, 5, seed=1) == minimal_pairs(construction, 5, seed=1)
+    assert minimal_pairs(construction, 5, seed=1) != minimal_pairs(construction, 5, seed=2)
+
+
+def test_the_sentences_hold_each_construction_and_tasks_shows_one_of_each():
+    task = get_task(task_config("sentences"))
+    found = {pattern: 0 for pattern in task.alignment_patterns}
+    for i in range(2000):
+        for pattern, pairs in task.alignments(*task.pool.example(i)).items():
+            found[pattern] += bool(pairs)
+    assert min(found.values()) > 300, found
+    shown = TASKS["sentences"].example().split("  |  ")
+    assert len(shown) == 3 and " . " in shown[0] and (" not " in shown[1] or " so " in shown[1])

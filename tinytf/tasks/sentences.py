@@ -1,22 +1,33 @@
 """sentences: toy English from a small generative grammar, for language modelling.
 
-    S        -> NP[n] VP[n]                       (n: singular or plural, agreeing)
+    S        -> Clause[n]                              (n: singular or plural)
+              | Clause[n] . Pronoun[n] VP[n]           coreference: "it" or "they" as the subject was
+              | NP[n] Copula[n] Adj , (not | so) Adj'  semantic: not + the antonym, so + a synonym
+    Clause[n]-> NP[n] VP[n]
     NP[n]    -> Det[n] (Adj) Noun[n] (PP | that VP[n])
     VP[n]    -> Verb_intransitive[n] (PP) | Verb_transitive[n] NP (PP)
     PP       -> Prep NP
 
-Verbs in the present tense agree with their subject ("the cat sleeps", "the cats
-sleep"); past-tense verbs do not ("the cat sat on the mat"). A language model has to
-find the subject -- sometimes several words back, across a relative clause -- to pick
-the verb's form: a head that attends from the verb to its subject is worth looking for
-(the alignment pattern "subject": to predict a verb, read its subject noun).
+Three relations decide a word from an earlier one, and each is an alignment pattern that a
+head may take up (a query that predicts the word, reading the word that decides it):
+- "subject": verbs in the present tense, and the copula, agree with their subject ("the
+  cat sleeps", "the cats sleep"; past-tense verbs do not: "the cat sat on the mat"). The
+  subject may lie several words back, across a relative clause.
+- "coreference": the pronoun after "." refers to the first clause's subject: "the dogs
+  that see the cat slept . they run" -- "they", because of "dogs", not of "cat".
+- "semantic": the last adjective is the first one's antonym after "not" and its synonym
+  after "so": "the cat is big , not small", "the dogs are happy , so glad".
+`minimal_pairs` makes, for each, prompts that differ only in the word that decides.
 """
 
 from __future__ import annotations
 
+import itertools
 import random
+from dataclasses import dataclass
 from functools import cached_property
 
+from tinytf.config import TaskConfig
 from tinytf.errors import ConfigError
 from tinytf.lazy import torch
 from tinytf.tasks.base import LanguageModelTask, Pairs
@@ -39,40 +50,84 @@ TRANSITIVE = {
     "past": ["saw", "liked", "chased", "found"],
 }
 PREPOSITIONS = ["on", "under", "near", "behind", "with"]
+PRONOUNS = {"sg": "it", "pl": "they"}
+COPULA = {"sg": "is", "pl": "are"}
+OPPOSITES = [("big", "small"), ("happy", "sad"), ("fast", "slow"), ("old", "young"), ("loud", "quiet")]
+ANTONYMS = {**dict(OPPOSITES), **{second: first for first, second in OPPOSITES}}
+SYNONYMS = {
+    "big": "large",
+    "small": "little",
+    "happy": "glad",
+    "sad": "unhappy",
+    "fast": "quick",
+    "slow": "sluggish",
+    "old": "aged",
+    "young": "youthful",
+    "loud": "noisy",
+    "quiet": "silent",
+}
+SEMANTIC = {"not": ANTONYMS, "so": SYNONYMS}  # the word before the answer -> the relation
+COREFERENCE_SHARE, SEMANTIC_SHARE = 0.25, 0.25  # of the grammar's sentences
 NOUN_WORDS = frozenset(word for words in NOUNS.values() for word in words)
-VERB_WORDS = frozenset(word for forms in (INTRANSITIVE, TRANSITIVE) for words in forms.values() for word in words)
+SUBJECT_WORDS = NOUN_WORDS | set(PRONOUNS.values())
+VERB_WORDS = frozenset(
+    [*COPULA.values(), *(word for forms in (INTRANSITIVE, TRANSITIVE) for words in forms.values() for word in words)]
+)
 POOL_SIZE = 20_000  # sentences generated once; batches are drawn from them
 POOL_SEED = 1234  # the grammar's sample is part of the task's definition, like its vocabulary
 
 
 def all_words() -> list[str]:
     groups = [*DETERMINERS.values(), *NOUNS.values(), ADJECTIVES, *INTRANSITIVE.values()]
-    groups += [*TRANSITIVE.values(), PREPOSITIONS, ["that"]]
+    groups += [*TRANSITIVE.values(), PREPOSITIONS, ["that"], [".", *PRONOUNS.values()]]
+    groups += [COPULA.values(), ANTONYMS, [",", *SEMANTIC], SYNONYMS.values()]
     return list(dict.fromkeys(word for group in groups for word in group))
 
 
-def sentence_words(tokens: list[str]) -> list[list[tuple[int, str]]]:
-    """Tokens -> the sentences in them, each a list of (index in tokens, word): <bos>,
-    <sep> and <eos> end a sentence, <pad> is skipped."""
-    sentences: list[list[tuple[int, str]]] = [[]]
+def sentence_words(tokens: list[str]) -> list[list[list[tuple[int, str]]]]:
+    """Tokens -> the sentences in them, each a list of its clauses, each a list of (index in
+    tokens, word): <bos>, <sep> and <eos> end a sentence, "." a clause; <pad> is skipped."""
+    sentences: list[list[list[tuple[int, str]]]] = [[[]]]
     for index, token in enumerate(tokens):
         if token == PAD:
             continue
         if token in SPECIALS:
-            sentences.append([])
+            sentences.append([[]])
+        elif token == ".":
+            sentences[-1].append([])
         else:
-            sentences[-1].append((index, token))
-    return [sentence for sentence in sentences if sentence]
+            sentences[-1][-1].append((index, token))
+    return [[clause for clause in sentence if clause] for sentence in sentences if any(sentence)]
+
+
+def antecedents(sentence: list[list[tuple[int, str]]]) -> list[tuple[int, int]]:
+    """(pronoun index, antecedent index): a clause that starts with a pronoun refers to the
+    subject of the clause before it, its first noun."""
+    pairs = []
+    for before, clause in itertools.pairwise(sentence):
+        subject = next((index for index, word in before if word in NOUN_WORDS), None)
+        if clause[0][1] in PRONOUNS.values() and subject is not None:
+            pairs.append((clause[0][0], subject))
+    return pairs
+
+
+def related_words(clause: list[tuple[int, str]]) -> list[tuple[int, int]]:
+    """(second adjective index, first adjective index) of "ADJ , not|so ADJ'"."""
+    return [
+        (clause[k + 1][0], clause[k - 2][0])
+        for k in range(2, len(clause) - 1)
+        if clause[k][1] in SEMANTIC and clause[k - 1][1] == "," and clause[k - 2][1] in ANTONYMS
+    ]
 
 
 def verb_subjects(sentence: list[tuple[int, str]]) -> list[tuple[int, int]]:
-    """(verb index, subject index) for the verbs of one sentence of (index, word).
+    """(verb index, subject index) for the verbs of one clause of (index, word).
 
     In the grammar every verb starts a VP, and a VP is either a relative clause "that VP"
     right after the noun it describes -- its subject -- or the sentence's main VP, whose
-    subject is the head noun of the first NP: the sentence's first noun. A verb in no such
+    subject is the head noun of the first NP (or the pronoun): the clause's first. A verb in no such
     place (typed text off the grammar) gets no subject."""
-    first_noun = next((index for index, word in sentence if word in NOUN_WORDS), None)
+    first_noun = next((index for index, word in sentence if word in SUBJECT_WORDS), None)
     pairs = []
     for k, (verb, word) in enumerate(sentence):
         if word not in VERB_WORDS:
@@ -94,7 +149,15 @@ class Grammar:
 
     def sentence(self) -> list[str]:
         number = self.rng.choice(["sg", "pl"])
-        return self.noun_phrase(number, depth=0) + self.verb_phrase(number, depth=0)
+        clause = self.noun_phrase(number, depth=0)
+        roll = self.rng.random()
+        if roll < SEMANTIC_SHARE:
+            first, link = self.rng.choice(list(ANTONYMS)), self.rng.choice(list(SEMANTIC))
+            return [*clause, COPULA[number], first, ",", link, SEMANTIC[link][first]]
+        clause += self.verb_phrase(number, depth=0)
+        if roll < SEMANTIC_SHARE + COREFERENCE_SHARE:
+            return [*clause, ".", PRONOUNS[number], *self.verb_phrase(number, depth=self.max_depth)]
+        return clause
 
     def noun_phrase(self, number: str, depth: int) -> list[str]:
         words = [self.rng.choice(DETERMINERS[number])]
@@ -123,13 +186,92 @@ class Grammar:
         return [self.rng.choice(PREPOSITIONS), *self.noun_phrase(self.rng.choice(["sg", "pl"]), depth)]
 
 
+@dataclass(frozen=True)
+class MinimalPair:
+    """Two prompts that differ only in the word that decides the next one."""
+
+    clean: str  # e.g. "the cat near the dogs"
+    corrupt: str  # "the cats near the dogs"
+    answer: str  # the clean prompt's next word: "sleeps"
+    wrong: str  # the corrupted prompt's: "sleep"
+
+
+def minimal_pairs(construction: str, n: int, seed: int = 0) -> list[MinimalPair]:
+    """`n` minimal pairs of `construction` ("subject", "coreference" or "semantic"), drawn
+    with `seed`: prompts of the grammar, the same length, that differ in one word (the
+    subject's number, the antecedent's number, the first adjective) and so in the answer."""
+    if construction not in CONSTRUCTIONS:
+        raise ValueError(f"construction {construction!r}: one of {', '.join(CONSTRUCTIONS)}")
+    rng = random.Random(seed)
+    return [CONSTRUCTIONS[construction](rng) for _ in range(n)]
+
+
+def _subject_pair(rng: random.Random) -> MinimalPair:
+    """The subject's number decides the verb's, past a noun of either number."""
+    number, other = rng.sample(["sg", "pl"], 2)
+    noun, verb = rng.randrange(len(NOUNS["sg"])), rng.randrange(len(INTRANSITIVE["sg"]))
+    rest = [rng.choice(PREPOSITIONS), "the", rng.choice(NOUNS[rng.choice(["sg", "pl"])])]
+    return MinimalPair(
+        " ".join(["the", NOUNS[number][noun], *rest]),
+        " ".join(["the", NOUNS[other][noun], *rest]),
+        INTRANSITIVE[number][verb],
+        INTRANSITIVE[other][verb],
+    )
+
+
+def _coreference_pair(rng: random.Random) -> MinimalPair:
+    """The first clause's subject decides the pronoun; its verb is in the past tense, which
+    says nothing of the number."""
+    number, other = rng.sample(["sg", "pl"], 2)
+    noun = rng.randrange(len(NOUNS["sg"]))
+    if rng.random() < 0.5:
+        middle = [rng.choice(PREPOSITIONS), "the", rng.choice(NOUNS[rng.choice(["sg", "pl"])])]
+    else:
+        middle = ["that", rng.choice(TRANSITIVE["past"]), "the", rng.choice(NOUNS[rng.choice(["sg", "pl"])])]
+    rest = [*middle, rng.choice(INTRANSITIVE["past"]), "."]
+    return MinimalPair(
+        " ".join(["the", NOUNS[number][noun], *rest]),
+        " ".join(["the", NOUNS[other][noun], *rest]),
+        PRONOUNS[number],
+        PRONOUNS[other],
+    )
+
+
+def _semantic_pair(rng: random.Random) -> MinimalPair:
+    """The first adjective decides the second: its antonym after "not", a synonym after "so"."""
+    number, link = rng.choice(["sg", "pl"]), rng.choice(list(SEMANTIC))
+    first, second = rng.sample(list(ANTONYMS), 2)  # two words, so two answers: no word is two's antonym or synonym
+    start = ["the", rng.choice(NOUNS[number]), COPULA[number]]
+    return MinimalPair(
+        " ".join([*start, first, ",", link]),
+        " ".join([*start, second, ",", link]),
+        SEMANTIC[link][first],
+        SEMANTIC[link][second],
+    )
+
+
+CONSTRUCTIONS = {"subject": _subject_pair, "coreference": _coreference_pair, "semantic": _semantic_pair}
+
+
 class Sentences(LanguageModelTask):
     name = "sentences"
-    description = "next-word prediction on toy English with subject-verb agreement: the cat sat on the mat"
+    description = "next-word prediction on toy English: verbs agree, pronouns refer back, not + antonym, so + synonym"
     config_keys = ("min_len", "max_len")  # sentence lengths, in words
     starts_with_bos = True
     showcase = "the cat sat on the mat"
-    alignment_patterns = ("subject",)
+    alignment_patterns = ("subject", "coreference", "semantic")
+
+    @classmethod
+    def example(cls) -> str:
+        """A sentence of each kind: its first of the pool with a pronoun, with "not" or "so", with neither."""
+        task = cls(TaskConfig(name=cls.name, min_len=4, max_len=10))
+        sentences = [task.render(task.pool.example(i)[1]).split() for i in range(100)]
+        kinds = [
+            next(words for words in sentences if "." in words),
+            next(words for words in sentences if SEMANTIC.keys() & set(words)),
+            next(words for words in sentences if "." not in words and not SEMANTIC.keys() & set(words)),
+        ]
+        return "  |  ".join(" ".join(words) for words in kinds)
 
     def build_vocab(self) -> Vocabulary:
         return Vocabulary(all_words(), split="word")
@@ -163,10 +305,17 @@ class Sentences(LanguageModelTask):
         return Pairs.without_source(target[:made], lengths[:made])
 
     def alignments(self, source: list[int], target: list[int]) -> dict[str, list[tuple[int, int]]]:
-        """One pattern, "subject": to predict a verb (whose form agrees with its subject),
-        read the subject noun; see `verb_subjects`. Indices are positions in `target`, <bos> included."""
-        tokens = self.vocab.decode(target)
-        return {"subject": [pair for sentence in sentence_words(tokens) for pair in verb_subjects(sentence)]}
+        """ "subject": to predict a verb, read its subject (`verb_subjects`); "coreference": to
+        predict a pronoun, read its antecedent (`antecedents`); "semantic": to predict the
+        second adjective, read the first (`related_words`). Indices are positions in `target`,
+        <bos> included."""
+        found: dict[str, list[tuple[int, int]]] = {pattern: [] for pattern in self.alignment_patterns}
+        for sentence in sentence_words(self.vocab.decode(target)):
+            found["coreference"] += antecedents(sentence)
+            for clause in sentence:
+                found["subject"] += verb_subjects(clause)
+                found["semantic"] += related_words(clause)
+        return found
 
     def sample(self, n: int, generator: torch.Generator) -> Pairs:
         return self.pool[torch.randint(0, len(self.pool), (n,), generator=generator)]
