@@ -22,7 +22,9 @@ The patterns (a textbook chapter on attention tabulates the first three and the 
                 I am A again: look at that B"
     <task>      the task's alignment: for each answer token, the source position a correct
                 algorithm reads (copy, reverse, sort, histogram; sentences: from the
-                position that predicts a verb to the verb's subject: the syntactic pattern)
+                position that predicts a verb to its subject, the syntactic pattern; a
+                pronoun to its antecedent, coreference; an antonym or synonym to the
+                word it relates to, semantic)
 
 Cross-attention reads another sequence (queries from the answer, keys from the source):
 only `first` and the task's alignments apply there. A head's `entropy` (nats, averaged
