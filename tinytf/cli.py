@@ -234,6 +234,62 @@ def heads(
         typer.echo(f"wrote {out}")
 
 
+# --------------------------------------------------------------------------- patch
+
+
+class PatchBy(str, Enum):
+    head = "head"
+    head_position = "head-position"
+    layer_position = "layer-position"
+
+
+class Construction(str, Enum):
+    subject = "subject"
+    coreference = "coreference"
+    semantic = "semantic"
+
+
+class PatchFormat(str, Enum):
+    table = "table"
+    json = "json"
+
+
+@app.command()
+@user_errors_exit_2
+def patch(
+    run: RunOption = None,
+    runs_dir: RunsDirOption = Path("runs"),
+    checkpoint: CheckpointOption = Checkpoint.best,
+    clean: Annotated[str | None, typer.Option("--clean", help="The clean prompt.")] = None,
+    corrupt: Annotated[
+        str | None, typer.Option("--corrupt", help="The same prompt, but for the deciding word.")
+    ] = None,
+    answer: Annotated[str | None, typer.Option("--answer", help="The clean prompt's next word.")] = None,
+    wrong: Annotated[str | None, typer.Option("--wrong", help="The corrupted prompt's next word.")] = None,
+    pairs: Annotated[
+        int | None, typer.Option("--pairs", min=1, max=10_000, help="Draw N minimal pairs instead.")
+    ] = None,
+    construction: Annotated[Construction | None, typer.Option("--construction", help="Of these pairs.")] = None,
+    by: Annotated[
+        PatchBy, typer.Option("--by", help="Patch each head, or each head or layer at each position.")
+    ] = PatchBy.head,
+    output_format: Annotated[PatchFormat, typer.Option("--format")] = PatchFormat.table,
+) -> None:
+    """Which heads and layers carry the word that decides the answer: activation patching.
+
+    Each component's activation is taken from the clean prompt into the corrupted one;
+    restored = how much of the clean answer's logit difference comes back (1: all, 0: none).
+
+    Example: tinytf patch --pairs 200 --construction subject
+    """
+    from tinytf.commands import patch_output, patch_pairs
+
+    loaded = load_chosen_run(run, runs_dir, checkpoint)
+    chosen = None if construction is None else construction.value
+    report = patch_pairs(loaded, (clean, corrupt, answer, wrong), pairs, chosen, by.value)
+    typer.echo(patch_output(loaded, report, checkpoint.value, as_json=output_format is PatchFormat.json), nl=False)
+
+
 # --------------------------------------------------------------------------- predict / eval
 
 

@@ -27,8 +27,10 @@ from tinytf.experiment import load_config, load_run_config
 from tinytf.files import atomic_writer
 from tinytf.heads import HeadReport, head_scores, render_text
 from tinytf.loggers import ProgressBarLogger
+from tinytf.patching import PatchReport, patch, prompts_of
 from tinytf.runs import CONFIG_FILE, LoadedRun, check_data, check_run_name, checkpoint_path, resolve_run
 from tinytf.tasks.base import Pairs
+from tinytf.tasks.sentences import CONSTRUCTIONS, MinimalPair, minimal_pairs
 from tinytf.training import TrainResult
 from tinytf.viewer import attention_page
 from tinytf.viz import report_figure, save_figure, terminal_report
@@ -317,3 +319,47 @@ def fresh_path(path: Path) -> Path:
         number += 1
         candidate = path.with_name(f"{path.stem}-{number}{path.suffix}")
     return candidate
+
+
+# ---- patch
+
+
+def patch_pairs(
+    loaded: LoadedRun, one: tuple[str | None, ...], n: int | None, construction: str | None, by: str
+) -> PatchReport:
+    """`patch`: one pair (`one` = clean, corrupt, answer, wrong) or `n` drawn pairs of
+    `construction`, each head's or layer's activation patched from clean into corrupted."""
+    if n is None:
+        if any(value is None for value in one):
+            raise UserError(
+                "give --clean, --corrupt, --answer and --wrong (one pair), or --pairs N --construction NAME"
+            )
+        pairs = [MinimalPair(*one)]
+    else:
+        if any(value is not None for value in one):
+            raise UserError("--pairs draws its pairs: drop --clean, --corrupt, --answer and --wrong")
+        if construction is None:
+            raise UserError(f"--pairs {n} needs --construction ({', '.join(CONSTRUCTIONS)})")
+        if loaded.task.name != "sentences":
+            raise UserError(
+                f"--pairs draws minimal pairs of the sentences task, not of {loaded.task.name}: give one pair"
+            )
+        pairs = minimal_pairs(construction, n, seed=loaded.config.seed)
+    return patch(loaded.model, prompts_of(loaded.vocab, pairs), by)
+
+
+def patch_output(loaded: LoadedRun, report: PatchReport, checkpoint: str, as_json: bool) -> str:
+    """`patch`'s output: JSON, or what was patched and a table, the largest effects first."""
+    if as_json:
+        return json.dumps(report.to_dict()) + "\n"
+    lines = [
+        f"{run_heading(loaded, checkpoint)}, {report.pairs} pair{'s' * (report.pairs > 1)}",
+        f"logit difference: clean {report.ld_clean:.3f}, corrupted {report.ld_corrupt:.3f}; "
+        f"clean answer right in {report.clean_correct:.0%} of pairs",
+        f"{'component':<10} {'layer':>5} {'head':>4} {'position':>8} {'restored':>8}",
+    ]
+    for result in sorted(report.results, key=lambda result: -abs(result.restored)):
+        head = "-" if result.head is None else result.head
+        position = "all" if result.position is None else result.position
+        lines.append(f"{result.component:<10} {result.layer:>5} {head:>4} {position:>8} {result.restored:>8.3f}")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,74 @@
+"""`tinytf patch`: what it prints and writes for drawn pairs and for one pair, and every
+input that cannot be patched as one `error:` line."""
+
+import json
+
+import pytest
+from conftest import assert_user_error, invoke, tiny_data, train_tiny_run, write_config
+
+SENTENCES = {"name": "sentences", "min_len": 3, "max_len": 10, "eval_size": 20}
+
+
+@pytest.fixture(scope="module")
+def sentences_run(tmp_path_factory):
+    """A 2-layer language model of the sentences, briefly trained."""
+    folder = tmp_path_factory.mktemp("patch")
+    data = {**tiny_data(model={"n_layers": 2, "max_len": 16}, train={"steps": 20, "eval_every": 20}), "task": SENTENCES}
+    assert invoke("train", write_config(folder, data), "--runs-dir", folder / "runs").exit_code == 0
+    (run_dir,) = (folder / "runs").iterdir()
+    return run_dir
+
+
+def test_drawn_pairs_give_every_heads_share_of_the_answer_as_json(sentences_run):
+    result = invoke("patch", "--run", sentences_run, "--pairs", 20, "--construction", "subject", "--format", "json")
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["pairs"] == 20 and 0 <= report["clean_correct"] <= 1
+    assert {"ld_clean", "ld_corrupt"} <= report.keys()
+    heads = {(r["layer"], r["head"]) for r in report["results"]}
+    assert heads == {(layer, head) for layer in range(2) for head in range(2)}
+    assert all(r["component"] == "z" and r["position"] is None for r in report["results"])
+
+
+def test_one_pair_by_layer_and_position_restores_all_where_the_prompts_differ(sentences_run):
+    one_pair = ["--clean", "the cat near the dogs", "--corrupt", "the cats near the dogs"]
+    result = invoke(
+        "patch", "--run", sentences_run, *one_pair, "--answer", "sleeps", "--wrong", "sleep", "--by", "layer-position"
+    )
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    assert lines[0].endswith(", 1 pair") and lines[2].split() == ["component", "layer", "head", "position", "restored"]
+    rows = [line.split() for line in lines[3:]]
+    assert ["resid_pre", "0", "-", "2", "1.000"] in rows  # word 1 after <bos>: the subject
+    assert all(float(row[4]) == 0 for row in rows if row[:2] == ["resid_pre", "0"] and row[3] != "2")
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--pairs", 5], "--pairs 5 needs --construction (subject, coreference, semantic)"),
+        (["--pairs", 5, "--construction", "subject", "--clean", "the cat"], "--pairs draws its pairs: drop --clean"),
+        (["--clean", "the cat"], "give --clean, --corrupt, --answer and --wrong (one pair)"),
+        (
+            ["--clean", "the cat", "--corrupt", "the cats near", "--answer", "sleeps", "--wrong", "sleep"],
+            "the clean prompt has 2 tokens, the corrupted one 3",
+        ),
+        (
+            ["--clean", "the cat", "--corrupt", "the cats", "--answer", "purrs", "--wrong", "sleep"],
+            "unknown token 'purrs'",
+        ),
+        (["--pairs", 5, "--construction", "metaphor"], "--construction: 'metaphor' is not one of"),
+    ],
+)
+def test_what_cannot_be_patched_is_one_line(sentences_run, args, message):
+    assert_user_error(invoke("patch", "--run", sentences_run, *args), message)
+
+
+def test_only_a_decoder_run_of_sentences_draws_pairs(run, tmp_path):
+    assert_user_error(
+        invoke("patch", "--run", run, "--pairs", 5, "--construction", "subject"),
+        "--pairs draws minimal pairs of the sentences task, not of sort",
+    )
+    encoder = train_tiny_run(tmp_path, model={"arch": "encoder"}, train={"steps": 2, "eval_every": 2})
+    one_pair = ["--clean", "1 2", "--corrupt", "2 1", "--answer", "1", "--wrong", "2"]
+    assert_user_error(invoke("patch", "--run", encoder, *one_pair), "activation patching reads decoder-only models")

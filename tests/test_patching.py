@@ -1,0 +1,87 @@
+"""Activation patching: the definitions hold exactly (patching what does not differ restores
+nothing, patching the one differing input restores all), a head's patch is the same
+replacement written by hand with run_with_hooks, and bad pairs are one-line errors."""
+
+import pytest
+import torch
+
+from tinytf.config import config_from_dict
+from tinytf.errors import UserError
+from tinytf.model import build_model
+from tinytf.patching import logit_difference, patch, prompts_of
+from tinytf.tasks import get_task
+from tinytf.tasks.sentences import MinimalPair, minimal_pairs
+
+
+@pytest.fixture(scope="module")
+def model_and_vocab():
+    config = config_from_dict(
+        {
+            "task": {"name": "sentences", "min_len": 3, "max_len": 12},
+            "model": {"d_model": 32, "n_heads": 2, "n_layers": 2, "d_ff": 64, "dropout": 0.0},
+        }
+    )
+    torch.manual_seed(0)
+    vocab = get_task(config.task).vocab
+    return build_model(config, len(vocab)).eval(), vocab
+
+
+def test_patching_restores_all_at_the_differing_word_and_nothing_elsewhere(model_and_vocab):
+    # The residual stream entering layer 0 is each token's embedding: the clean and corrupted
+    # prompts' differ only at the word that decides. Patched there the corrupted run becomes
+    # the clean one (restored 1); patched anywhere else it does not change (restored 0).
+    model, vocab = model_and_vocab
+    pairs = minimal_pairs("subject", 20, seed=0)  # "the cat near the dogs": they differ at word 1 (position 2)
+    report = patch(model, prompts_of(vocab, pairs), by="layer-position")
+    entering = {r.position: r.restored for r in report.results if (r.component, r.layer) == ("resid_pre", 0)}
+    assert entering[2] == pytest.approx(1.0, abs=1e-5)
+    assert all(restored == pytest.approx(0.0, abs=1e-5) for position, restored in entering.items() if position != 2)
+    assert report.pairs == 20 and 0 <= report.clean_correct <= 1
+
+
+def test_a_heads_patch_is_the_replacement_written_by_hand(model_and_vocab):
+    model, vocab = model_and_vocab
+    (prompts,) = prompts_of(vocab, minimal_pairs("semantic", 8, seed=3))  # one length: one group
+    report = patch(model, [prompts], by="head")
+    with torch.no_grad():
+        _, cache = model.run_with_cache(prompts.clean, names=["decoder.1.self.z"])
+
+        def head_1_from_clean(z):  # (B, H, T, D_h)
+            z = z.clone()
+            z[:, 1] = cache["decoder.1.self.z"][:, 1]
+            return z
+
+        patched = model.run_with_hooks(prompts.corrupt, hooks={"decoder.1.self.z": head_1_from_clean})
+        ld = lambda logits: float(logit_difference(logits, prompts.answer, prompts.wrong).mean())  # noqa: E731
+        clean, corrupt = ld(model(prompts.clean)), ld(model(prompts.corrupt))
+    (result,) = [r for r in report.results if (r.layer, r.head) == (1, 1)]
+    assert result.component == "z" and result.position is None
+    assert result.restored == pytest.approx((ld(patched) - corrupt) / (clean - corrupt), abs=1e-5)
+    assert report.ld_clean == pytest.approx(clean, abs=1e-5) and report.ld_corrupt == pytest.approx(corrupt, abs=1e-5)
+    assert len(report.results) == 2 * 2  # layers x heads
+
+
+def test_pairs_of_different_lengths_are_grouped_and_every_pair_counts(model_and_vocab):
+    model, vocab = model_and_vocab
+    pairs = minimal_pairs("coreference", 30, seed=0)  # "... near the dogs slept ." or "... that saw the dogs sat ."
+    groups = prompts_of(vocab, pairs)
+    assert len(groups) == 2 and sum(len(group.answer) for group in groups) == 30
+    assert patch(model, groups, by="head").pairs == 30
+
+
+@pytest.mark.parametrize(
+    ("pair", "message"),
+    [
+        (
+            MinimalPair("the cat", "the cats near", "sleeps", "sleep"),
+            "the clean prompt has 2 tokens, the corrupted one 3",
+        ),
+        (MinimalPair("the cat", "the cats", "sleeps sleeps", "sleep"), "must each be one token"),
+        (MinimalPair("the unicorn", "the cats", "sleeps", "sleep"), "unknown token 'unicorn'"),
+    ],
+)
+def test_a_pair_that_is_not_minimal_is_one_line(model_and_vocab, pair, message):
+    _, vocab = model_and_vocab
+    with pytest.raises(UserError, match=message) as raised:
+        prompts_of(vocab, [pair])
+    assert "\n" not in str(raised.value)

@@ -1,0 +1,174 @@
+"""Activation patching: which parts of a model carry the word that decides its answer.
+
+A minimal pair is two prompts that differ only in that word: "the cat near the dogs"
+(next: "sleeps") and "the cats near the dogs" (next: "sleep"). The logit difference
+
+    LD = logit(answer) - logit(wrong)    at the prompt's last position (the next word)
+
+is high on the clean prompt and low on the corrupted one. Run the corrupted prompt again
+with one activation replaced by its value in the clean run: if that activation carries the
+deciding word, the clean answer comes back. How much of it comes back:
+
+    restored = (LD_patched - LD_corrupt) / (LD_clean - LD_corrupt)
+
+1 when patching the component alone restores the clean answer fully, 0 when it changes
+nothing. Over many pairs the LDs are averaged first, then the ratio taken (a pair whose
+clean and corrupted LDs nearly agree would make its own ratio explode).
+
+Components, by hook name (hooks.py), for a decoder-only model:
+
+    by="head"            each head's output `decoder.L.self.z[:, h]`, at every position at once
+    by="head-position"   the same, one position at a time
+    by="layer-position"  `resid_pre`, `attn_out` and `mlp_out` of each layer, one position at a time
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+
+import torch
+
+from tinytf.errors import UserError
+from tinytf.model import Transformer
+from tinytf.tasks.sentences import MinimalPair
+from tinytf.tasks.vocab import Vocabulary
+
+BY = ("head", "head-position", "layer-position")
+LAYER_COMPONENTS = ("resid_pre", "attn_out", "mlp_out")
+
+
+@dataclass(frozen=True)
+class Prompts:
+    """Minimal pairs as ids of equal length (<bos> included): one row per pair."""
+
+    clean: torch.Tensor  # (N, T)
+    corrupt: torch.Tensor  # (N, T)
+    answer: torch.Tensor  # (N,): the clean prompt's next token
+    wrong: torch.Tensor  # (N,): the corrupted prompt's
+
+
+@dataclass(frozen=True)
+class Patched:
+    component: str  # the hook name without its layer: "z", "resid_pre", "attn_out", "mlp_out"
+    layer: int
+    head: int | None
+    position: int | None  # None: every position at once
+    restored: float
+
+
+@dataclass
+class PatchReport:
+    pairs: int
+    ld_clean: float  # averaged over the pairs
+    ld_corrupt: float
+    clean_correct: float  # the share of pairs whose clean LD is above 0
+    results: list[Patched] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return {**asdict(self), "results": [asdict(result) for result in self.results]}
+
+
+def prompts_of(vocab: Vocabulary, pairs: Sequence[MinimalPair]) -> list[Prompts]:
+    """Minimal pairs as text -> `Prompts`, one group per prompt length, <bos> first. A
+    `UserError` for a pair whose prompts differ in length or whose words are not tokens of
+    `vocab`, or whose answer or wrong answer is not one token."""
+    groups: dict[int, list[tuple[list[int], list[int], int, int]]] = {}
+    for pair in pairs:
+        clean, corrupt = (vocab.encode(text) for text in (pair.clean, pair.corrupt))
+        if len(clean) != len(corrupt):
+            raise UserError(
+                f"the clean prompt has {len(clean)} tokens, the corrupted one {len(corrupt)}: "
+                "a minimal pair differs in words, not in length"
+            )
+        answers = [vocab.encode(word) for word in (pair.answer, pair.wrong)]
+        if any(len(ids) != 1 for ids in answers):
+            raise UserError(f"{pair.answer!r} and {pair.wrong!r} must each be one token")
+        groups.setdefault(len(clean), []).append(
+            ([vocab.bos_id, *clean], [vocab.bos_id, *corrupt], *(a[0] for a in answers))
+        )
+    return [Prompts(*(torch.tensor([row[i] for row in rows]) for i in range(4))) for _, rows in sorted(groups.items())]
+
+
+def logit_difference(logits: torch.Tensor, answer: torch.Tensor, wrong: torch.Tensor) -> torch.Tensor:
+    """(N, T, V) logits -> (N,) LD at the last position."""
+    last = logits[:, -1]  # (N, V): the next word
+    return last.gather(1, answer[:, None])[:, 0] - last.gather(1, wrong[:, None])[:, 0]
+
+
+def patch(model: Transformer, groups: Sequence[Prompts], by: str = "head") -> PatchReport:
+    """Patch every component of `by` (see the module docstring) from each clean prompt into
+    its corrupted one, over `groups` of pairs (pairs of one length each); `model` in eval mode."""
+    if by not in BY:
+        raise ValueError(f"by={by!r}: one of {', '.join(BY)}")
+    if model.decoder is None or model.encoder is not None:
+        raise UserError("activation patching reads decoder-only models (the next word after a prompt)")
+    runs = [_patch_group(model, prompts, by) for prompts in groups]
+    pairs = sum(len(prompts.answer) for prompts in groups)
+    ld_clean = sum(float(run.clean.sum()) for run in runs) / pairs
+    ld_corrupt = sum(float(run.corrupt.sum()) for run in runs) / pairs
+    if abs(ld_clean - ld_corrupt) < 1e-6:
+        raise UserError(
+            f"the clean and corrupted prompts give the same logit difference ({ld_clean:.4g}): "
+            "nothing to restore; is the model trained, and do the prompts differ where it reads?"
+        )
+    report = PatchReport(pairs, ld_clean, ld_corrupt, sum(float((run.clean > 0).sum()) for run in runs) / pairs)
+    for key in runs[0].patched:
+        ld_patched = sum(float(run.patched[key].sum()) for run in runs) / pairs
+        restored = (ld_patched - ld_corrupt) / (ld_clean - ld_corrupt)
+        report.results.append(Patched(*key, restored))
+    return report
+
+
+@dataclass
+class _GroupRun:
+    clean: torch.Tensor  # (N,) LDs
+    corrupt: torch.Tensor
+    patched: dict[tuple[str, int, int | None, int | None], torch.Tensor]  # component key -> (N,) LDs
+
+
+@torch.no_grad()
+def _patch_group(model: Transformer, prompts: Prompts, by: str) -> _GroupRun:
+    """One forward pass per component over a group of same-length pairs."""
+
+    def ld(logits: torch.Tensor) -> torch.Tensor:
+        return logit_difference(logits, prompts.answer, prompts.wrong)
+
+    clean_logits, cache = model.run_with_cache(prompts.clean)
+    run = _GroupRun(ld(clean_logits), ld(model(prompts.corrupt)), {})
+    for key, name, replace in _components(model, cache, by, prompts.clean.size(1)):
+        run.patched[key] = ld(model.run_with_hooks(prompts.corrupt, hooks={name: replace}))
+    return run
+
+
+def _components(
+    model: Transformer, cache: dict[str, torch.Tensor], by: str, length: int
+) -> Iterator[tuple[tuple[str, int, int | None, int | None], str, Callable[[torch.Tensor], torch.Tensor]]]:
+    """(result key, hook name, replacement) for each component of `by`."""
+    layers, heads = len(model.decoder.layers), model.config.n_heads
+    positions = [None] if by == "head" else range(length)
+    if by in ("head", "head-position"):
+        for layer in range(layers):
+            name = f"decoder.{layer}.self.z"  # (N, H, T, D_h)
+            for head in range(heads):
+                for position in positions:
+                    where = (slice(None), head, slice(None) if position is None else position)
+                    yield ("z", layer, head, position), name, _from_clean(cache[name], where)
+        return
+    for layer in range(layers):
+        for component in LAYER_COMPONENTS:
+            name = f"decoder.{layer}.{component}"  # (N, T, D)
+            if name in cache:  # (no mlp_out with d_ff: 0)
+                for position in positions:
+                    yield (component, layer, None, position), name, _from_clean(cache[name], (slice(None), position))
+
+
+def _from_clean(clean: torch.Tensor, where: tuple) -> Callable[[torch.Tensor], torch.Tensor]:
+    """A hook that puts the clean run's value at `where` into the corrupted run's."""
+
+    def replace(value: torch.Tensor) -> torch.Tensor:
+        value = value.clone()
+        value[where] = clean[where]
+        return value
+
+    return replace
