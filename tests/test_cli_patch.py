@@ -64,11 +64,24 @@ def test_what_cannot_be_patched_is_one_line(sentences_run, args, message):
     assert_user_error(invoke("patch", "--run", sentences_run, *args), message)
 
 
-def test_only_a_decoder_run_of_sentences_draws_pairs(run, tmp_path):
+def test_only_a_language_model_of_sentences_draws_pairs(run, tmp_path):
     assert_user_error(
         invoke("patch", "--run", run, "--pairs", 5, "--construction", "subject"),
         "--pairs draws minimal pairs of the sentences task, not of sort",
     )
     encoder = train_tiny_run(tmp_path, model={"arch": "encoder"}, train={"steps": 2, "eval_every": 2})
     one_pair = ["--clean", "1 2", "--corrupt", "2 1", "--answer", "1", "--wrong", "2"]
-    assert_user_error(invoke("patch", "--run", encoder, *one_pair), "activation patching reads decoder-only models")
+    assert_user_error(
+        invoke("patch", "--run", encoder, *one_pair),
+        "patching reads language models (the next word after a prompt); sort answers questions",
+    )
+
+
+def test_attribute_splits_the_logit_difference_into_parts_that_add_up(sentences_run):
+    args = ["attribute", "the cat near the dogs", "--answer", "sleeps", "--wrong", "sleep", "--run", sentences_run]
+    report = json.loads(invoke(*args, "--format", "json").stdout)
+    assert sum(part["contribution"] for part in report["components"]) == pytest.approx(report["ld"], abs=1e-4)
+    assert {part["component"] for part in report["components"]} == {"embed", "z", "mlp_out", "biases"}
+    table = invoke(*args)
+    assert table.exit_code == 0 and f"logit difference {report['ld']:.3f} = the sum" in table.stdout
+    assert_user_error(invoke(*args[:3], "sleeps sleeps", *args[4:]), "must each be one token")

@@ -7,8 +7,9 @@ import torch
 
 from tinytf.config import config_from_dict
 from tinytf.errors import UserError
+from tinytf.framing import get_framing
 from tinytf.model import build_model
-from tinytf.patching import logit_difference, patch, prompts_of
+from tinytf.patching import attribute, logit_difference, patch, prompts_of
 from tinytf.tasks import get_task
 from tinytf.tasks.sentences import MinimalPair, minimal_pairs
 
@@ -22,17 +23,17 @@ def model_and_vocab():
         }
     )
     torch.manual_seed(0)
-    vocab = get_task(config.task).vocab
-    return build_model(config, len(vocab)).eval(), vocab
+    task = get_task(config.task)
+    return build_model(config, len(task.vocab)).eval(), get_framing(task, "decoder")
 
 
 def test_patching_restores_all_at_the_differing_word_and_nothing_elsewhere(model_and_vocab):
     # The residual stream entering layer 0 is each token's embedding: the clean and corrupted
     # prompts' differ only at the word that decides. Patched there the corrupted run becomes
     # the clean one (restored 1); patched anywhere else it does not change (restored 0).
-    model, vocab = model_and_vocab
+    model, framing = model_and_vocab
     pairs = minimal_pairs("subject", 20, seed=0)  # "the cat near the dogs": they differ at word 1 (position 2)
-    report = patch(model, prompts_of(vocab, pairs), by="layer-position")
+    report = patch(model, prompts_of(framing, pairs, 64), by="layer-position")
     entering = {r.position: r.restored for r in report.results if (r.component, r.layer) == ("resid_pre", 0)}
     assert entering[2] == pytest.approx(1.0, abs=1e-5)
     assert all(restored == pytest.approx(0.0, abs=1e-5) for position, restored in entering.items() if position != 2)
@@ -40,8 +41,8 @@ def test_patching_restores_all_at_the_differing_word_and_nothing_elsewhere(model
 
 
 def test_a_heads_patch_is_the_replacement_written_by_hand(model_and_vocab):
-    model, vocab = model_and_vocab
-    (prompts,) = prompts_of(vocab, minimal_pairs("semantic", 8, seed=3))  # one length: one group
+    model, framing = model_and_vocab
+    (prompts,) = prompts_of(framing, minimal_pairs("semantic", 8, seed=3), 64)  # one length: one group
     report = patch(model, [prompts], by="head")
     with torch.no_grad():
         _, cache = model.run_with_cache(prompts.clean, names=["decoder.1.self.z"])
@@ -62,9 +63,9 @@ def test_a_heads_patch_is_the_replacement_written_by_hand(model_and_vocab):
 
 
 def test_pairs_of_different_lengths_are_grouped_and_every_pair_counts(model_and_vocab):
-    model, vocab = model_and_vocab
+    model, framing = model_and_vocab
     pairs = minimal_pairs("coreference", 30, seed=0)  # "... near the dogs slept ." or "... that saw the dogs sat ."
-    groups = prompts_of(vocab, pairs)
+    groups = prompts_of(framing, pairs, 64)
     assert len(groups) == 2 and sum(len(group.answer) for group in groups) == 30
     assert patch(model, groups, by="head").pairs == 30
 
@@ -81,7 +82,34 @@ def test_pairs_of_different_lengths_are_grouped_and_every_pair_counts(model_and_
     ],
 )
 def test_a_pair_that_is_not_minimal_is_one_line(model_and_vocab, pair, message):
-    _, vocab = model_and_vocab
+    _, framing = model_and_vocab
     with pytest.raises(UserError, match=message) as raised:
-        prompts_of(vocab, [pair])
+        prompts_of(framing, [pair], 64)
     assert "\n" not in str(raised.value)
+
+
+@pytest.mark.parametrize("d_ff", [64, 0])
+def test_the_contributions_add_up_to_the_logit_difference(d_ff):
+    config = config_from_dict(
+        {"task": {"name": "sentences"}, "model": {"d_model": 32, "n_heads": 4, "n_layers": 3, "d_ff": d_ff}}
+    )
+    torch.manual_seed(1)
+    task = get_task(config.task)
+    model = build_model(config, len(task.vocab)).eval()
+    vocab = task.vocab
+    tokens = torch.tensor([[vocab.bos_id, *vocab.encode("the cats that see the dog are happy , so")]])
+    report = attribute(model, tokens, vocab.ids["glad"], vocab.ids["large"])
+    with torch.no_grad():
+        logits = model(tokens)[0, -1]
+    assert report.ld == pytest.approx(float(logits[vocab.ids["glad"]] - logits[vocab.ids["large"]]), abs=1e-5)
+    assert sum(part.contribution for part in report.components) == pytest.approx(report.ld, abs=1e-4)
+    heads = [(part.layer, part.head) for part in report.components if part.component == "z"]
+    assert heads == [(layer, head) for layer in range(3) for head in range(4)]
+    assert [part.component for part in report.components].count("mlp_out") == (3 if d_ff else 0)
+
+
+def test_a_post_norm_model_cannot_be_decomposed():
+    config = config_from_dict({"task": {"name": "sentences"}, "model": {"d_model": 16, "n_heads": 2, "norm": "post"}})
+    model = build_model(config, len(get_task(config.task).vocab)).eval()
+    with pytest.raises(UserError, match=r"needs model\.norm=pre: with post-norm a LayerNorm follows every sublayer"):
+        attribute(model, torch.tensor([[1, 2, 3]]), 4, 5)

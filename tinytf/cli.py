@@ -13,13 +13,27 @@ from __future__ import annotations
 import contextlib
 import sys
 from collections.abc import Iterator
-from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from tinytf.cli_errors import EXIT_INTERRUPTED, OneLineUsageErrors, user_errors_exit_2
+from tinytf.cli_options import (
+    Ablation,
+    AttendFormat,
+    Checkpoint,
+    CheckpointOption,
+    Construction,
+    Device,
+    HeadsFormat,
+    OverridesOption,
+    PatchBy,
+    PatchFormat,
+    PredictFormat,
+    RunOption,
+    RunsDirOption,
+)
 from tinytf.errors import UserError
 from tinytf.experiment import describe_tasks, dump_checked_config, load_config
 from tinytf.files import read_regular_file
@@ -39,34 +53,8 @@ app = typer.Typer(
 config_app = typer.Typer(cls=OneLineUsageErrors, help="Inspect and validate config files.", no_args_is_help=True)
 app.add_typer(config_app, name="config")
 
-OverridesOption = Annotated[
-    list[str] | None,
-    typer.Option("--set", metavar="KEY=VALUE", help="Override a config value, e.g. --set model.d_model=64."),
-]
-RunOption = Annotated[
-    Path | None, typer.Option("--run", help="A run folder. Default: the newest run under --runs-dir.")
-]
-RunsDirOption = Annotated[Path, typer.Option("--runs-dir", help="Where runs are kept.")]
-
-
-class Checkpoint(str, Enum):
-    best = "best"
-    last = "last"
-
-
-CheckpointOption = Annotated[
-    Checkpoint, typer.Option("--checkpoint", help="best: best validation score; last: latest step.")
-]
-
 
 # --------------------------------------------------------------------------- train
-
-
-class Device(str, Enum):
-    auto = "auto"
-    cpu = "cpu"
-    cuda = "cuda"
-    mps = "mps"
 
 
 @app.command()
@@ -121,14 +109,6 @@ def load_chosen_run(run: Path | None, runs_dir: Path, checkpoint: Checkpoint) ->
 # --------------------------------------------------------------------------- attend
 
 
-class AttendFormat(str, Enum):
-    table = "table"
-    json = "json"
-    npz = "npz"
-    png = "png"
-    html = "html"
-
-
 @app.command()
 @user_errors_exit_2
 def attend(
@@ -179,16 +159,6 @@ def attend(
 # --------------------------------------------------------------------------- heads
 
 
-class HeadsFormat(str, Enum):
-    table = "table"
-    json = "json"
-
-
-class Ablation(str, Enum):
-    zero = "zero"
-    mean = "mean"
-
-
 @app.command()
 @user_errors_exit_2
 def heads(
@@ -237,23 +207,6 @@ def heads(
 # --------------------------------------------------------------------------- patch
 
 
-class PatchBy(str, Enum):
-    head = "head"
-    head_position = "head-position"
-    layer_position = "layer-position"
-
-
-class Construction(str, Enum):
-    subject = "subject"
-    coreference = "coreference"
-    semantic = "semantic"
-
-
-class PatchFormat(str, Enum):
-    table = "table"
-    json = "json"
-
-
 @app.command()
 @user_errors_exit_2
 def patch(
@@ -290,12 +243,32 @@ def patch(
     typer.echo(patch_output(loaded, report, checkpoint.value, as_json=output_format is PatchFormat.json), nl=False)
 
 
+@app.command("attribute")
+@user_errors_exit_2
+def attribute_command(
+    text: Annotated[str, typer.Argument(help="A prompt; the model's next word is scored.")],
+    answer: Annotated[str, typer.Option("--answer", help="The word whose logit is counted for.")],
+    wrong: Annotated[str, typer.Option("--wrong", help="The word whose logit is counted against.")],
+    run: RunOption = None,
+    runs_dir: RunsDirOption = Path("runs"),
+    checkpoint: CheckpointOption = Checkpoint.best,
+    output_format: Annotated[PatchFormat, typer.Option("--format")] = PatchFormat.table,
+) -> None:
+    """Each head's, each MLP's, the embedding's and the biases' share of logit(answer) -
+    logit(wrong) after TEXT, through the final LayerNorm: direct logit attribution.
+
+    Example: tinytf attribute "the cat near the dogs" --answer sleeps --wrong sleep
+    """
+    from tinytf.commands import attribution, attribution_output
+
+    loaded = load_chosen_run(run, runs_dir, checkpoint)
+    report = attribution(loaded, text, answer, wrong)
+    typer.echo(
+        attribution_output(loaded, report, checkpoint.value, as_json=output_format is PatchFormat.json), nl=False
+    )
+
+
 # --------------------------------------------------------------------------- predict / eval
-
-
-class PredictFormat(str, Enum):
-    text = "text"
-    json = "json"
 
 
 @app.command()

@@ -27,7 +27,7 @@ from tinytf.experiment import load_config, load_run_config
 from tinytf.files import atomic_writer
 from tinytf.heads import HeadReport, head_scores, render_text
 from tinytf.loggers import ProgressBarLogger
-from tinytf.patching import PatchReport, patch, prompts_of
+from tinytf.patching import Attribution, PatchReport, attribute, patch, prompts_of
 from tinytf.runs import CONFIG_FILE, LoadedRun, check_data, check_run_name, checkpoint_path, resolve_run
 from tinytf.tasks.base import Pairs
 from tinytf.tasks.sentences import CONSTRUCTIONS, MinimalPair, minimal_pairs
@@ -345,7 +345,7 @@ def patch_pairs(
                 f"--pairs draws minimal pairs of the sentences task, not of {loaded.task.name}: give one pair"
             )
         pairs = minimal_pairs(construction, n, seed=loaded.config.seed)
-    return patch(loaded.model, prompts_of(loaded.vocab, pairs), by)
+    return patch(loaded.model, prompts_of(loaded.framing, pairs, loaded.config.model.max_len), by)
 
 
 def patch_output(loaded: LoadedRun, report: PatchReport, checkpoint: str, as_json: bool) -> str:
@@ -362,4 +362,28 @@ def patch_output(loaded: LoadedRun, report: PatchReport, checkpoint: str, as_jso
         head = "-" if result.head is None else result.head
         position = "all" if result.position is None else result.position
         lines.append(f"{result.component:<10} {result.layer:>5} {head:>4} {position:>8} {result.restored:>8.3f}")
+    return "\n".join(lines) + "\n"
+
+
+# ---- attribute
+
+
+def attribution(loaded: LoadedRun, text: str, answer: str, wrong: str) -> Attribution:
+    """`attribute`: each part's share of logit(answer) - logit(wrong) after `text`."""
+    (prompts,) = prompts_of(loaded.framing, [MinimalPair(text, text, answer, wrong)], loaded.config.model.max_len)
+    return attribute(loaded.model, prompts.clean, int(prompts.answer[0]), int(prompts.wrong[0]))
+
+
+def attribution_output(loaded: LoadedRun, report: Attribution, checkpoint: str, as_json: bool) -> str:
+    """`attribute`'s output: JSON, or LD and a table, the largest contributions first."""
+    if as_json:
+        return json.dumps(report.to_dict()) + "\n"
+    lines = [
+        run_heading(loaded, checkpoint),
+        f"logit difference {report.ld:.3f} = the sum of the contributions below",
+        f"{'component':<10} {'layer':>5} {'head':>4} {'contribution':>12}",
+    ]
+    for part in sorted(report.components, key=lambda part: -abs(part.contribution)):
+        layer, head = ("-" if value is None else value for value in (part.layer, part.head))
+        lines.append(f"{part.component:<10} {layer:>5} {head:>4} {part.contribution:>12.3f}")
     return "\n".join(lines) + "\n"

@@ -30,9 +30,9 @@ from dataclasses import asdict, dataclass, field
 import torch
 
 from tinytf.errors import UserError
+from tinytf.framing import Framing
 from tinytf.model import Transformer
 from tinytf.tasks.sentences import MinimalPair
-from tinytf.tasks.vocab import Vocabulary
 
 BY = ("head", "head-position", "layer-position")
 LAYER_COMPONENTS = ("resid_pre", "attn_out", "mlp_out")
@@ -69,24 +69,28 @@ class PatchReport:
         return {**asdict(self), "results": [asdict(result) for result in self.results]}
 
 
-def prompts_of(vocab: Vocabulary, pairs: Sequence[MinimalPair]) -> list[Prompts]:
-    """Minimal pairs as text -> `Prompts`, one group per prompt length, <bos> first. A
-    `UserError` for a pair whose prompts differ in length or whose words are not tokens of
-    `vocab`, or whose answer or wrong answer is not one token."""
+def prompts_of(framing: Framing, pairs: Sequence[MinimalPair], max_len: int) -> list[Prompts]:
+    """Minimal pairs as text -> `Prompts` as the language model `framing` reads typed text
+    (<bos> first where the task has one), one group per prompt length. A `UserError` for a
+    pair whose prompts differ in length, hold words the vocabulary lacks or outrun `max_len`,
+    or whose answer or wrong answer is not one token."""
+    if framing.answers_questions:
+        raise UserError(
+            f"patching reads language models (the next word after a prompt); {framing.task.name} answers questions"
+        )
     groups: dict[int, list[tuple[list[int], list[int], int, int]]] = {}
     for pair in pairs:
-        clean, corrupt = (vocab.encode(text) for text in (pair.clean, pair.corrupt))
+        clean, corrupt = (framing.typed_input(text, max_len) for text in (pair.clean, pair.corrupt))
         if len(clean) != len(corrupt):
+            lengths = [len(framing.task.vocab.tokenize(text)) for text in (pair.clean, pair.corrupt)]
             raise UserError(
-                f"the clean prompt has {len(clean)} tokens, the corrupted one {len(corrupt)}: "
+                f"the clean prompt has {lengths[0]} tokens, the corrupted one {lengths[1]}: "
                 "a minimal pair differs in words, not in length"
             )
-        answers = [vocab.encode(word) for word in (pair.answer, pair.wrong)]
+        answers = [framing.task.vocab.encode(word) for word in (pair.answer, pair.wrong)]
         if any(len(ids) != 1 for ids in answers):
             raise UserError(f"{pair.answer!r} and {pair.wrong!r} must each be one token")
-        groups.setdefault(len(clean), []).append(
-            ([vocab.bos_id, *clean], [vocab.bos_id, *corrupt], *(a[0] for a in answers))
-        )
+        groups.setdefault(len(clean), []).append((clean, corrupt, answers[0][0], answers[1][0]))
     return [Prompts(*(torch.tensor([row[i] for row in rows]) for i in range(4))) for _, rows in sorted(groups.items())]
 
 
@@ -172,3 +176,61 @@ def _from_clean(clean: torch.Tensor, where: tuple) -> Callable[[torch.Tensor], t
         return value
 
     return replace
+
+
+# --------------------------------------------------------------------------- direct logit attribution
+
+
+@dataclass(frozen=True)
+class Contribution:
+    component: str  # "embed", "z" (a head, through W_O), "mlp_out" or "biases"
+    layer: int | None
+    head: int | None
+    contribution: float  # its share of LD, through the final LayerNorm
+
+
+@dataclass
+class Attribution:
+    ld: float
+    components: list[Contribution]
+
+    def to_dict(self) -> dict:
+        return {"ld": self.ld, "components": [asdict(component) for component in self.components]}
+
+
+@torch.no_grad()
+def attribute(model: Transformer, tokens: torch.Tensor, answer: int, wrong: int) -> Attribution:
+    """Direct logit attribution of LD = logit(answer) - logit(wrong) after `tokens` (1, T):
+    in a pre-norm decoder the stream reaching the output is a sum, the embedding plus every
+    head's output (z_h W_O_h) and every MLP's, plus biases. The final LayerNorm is linear
+    once its scale is fixed to the run's, so each part's contribution is
+    (part - mean(part)) / scale * gamma . (W_U[answer] - W_U[wrong]), and they add up to LD."""
+    if model.decoder is None or model.encoder is not None:
+        raise UserError("logit attribution reads decoder-only models (the next word after a prompt)")
+    if model.config.norm != "pre":
+        raise UserError(
+            "logit attribution needs model.norm=pre: with post-norm a LayerNorm follows every sublayer, "
+            "so the stream reaching the output is not a sum of the sublayers' outputs"
+        )
+    logits, cache = model.run_with_cache(tokens)
+    norm, layers = model.decoder.final_norm, model.decoder.layers
+    direction = model.lm_head.weight[answer] - model.lm_head.weight[wrong]  # (D,)
+    final = cache[f"decoder.{len(layers) - 1}.resid_post"][0, -1]  # (D,): the stream at the last position
+    scale = torch.sqrt(final.var(unbiased=False) + norm.eps)
+
+    def through_norm(part: torch.Tensor) -> float:
+        return float(((part - part.mean()) / scale * norm.weight) @ direction)
+
+    parts = [Contribution("embed", None, None, through_norm(cache["embed"][0, -1]))]
+    biases = torch.zeros_like(final)
+    for index, layer in enumerate(layers):
+        z = cache[f"decoder.{index}.self.z"][0, :, -1]  # (H, D_h): each head's output at the last position
+        w_o = layer.self_attn.out_proj.weight.view(final.numel(), *z.shape)  # (D, H, D_h): W_O by head
+        for head in range(z.size(0)):
+            parts.append(Contribution("z", index, head, through_norm(w_o[:, head] @ z[head])))
+        if layer.self_attn.out_proj.bias is not None:
+            biases += layer.self_attn.out_proj.bias
+        if f"decoder.{index}.mlp_out" in cache:  # (no MLP with d_ff: 0)
+            parts.append(Contribution("mlp_out", index, None, through_norm(cache[f"decoder.{index}.mlp_out"][0, -1])))
+    parts.append(Contribution("biases", None, None, through_norm(biases) + float(norm.bias @ direction)))
+    return Attribution(float(logits[0, -1, answer] - logits[0, -1, wrong]), parts)

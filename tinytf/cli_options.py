@@ -1,0 +1,75 @@
+"""The choices and options the `tinytf` commands share (cli.py defines the commands)."""
+
+from __future__ import annotations
+
+from enum import Enum
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+OverridesOption = Annotated[
+    list[str] | None,
+    typer.Option("--set", metavar="KEY=VALUE", help="Override a config value, e.g. --set model.d_model=64."),
+]
+RunOption = Annotated[
+    Path | None, typer.Option("--run", help="A run folder. Default: the newest run under --runs-dir.")
+]
+RunsDirOption = Annotated[Path, typer.Option("--runs-dir", help="Where runs are kept.")]
+
+
+class Checkpoint(str, Enum):
+    best = "best"
+    last = "last"
+
+
+CheckpointOption = Annotated[
+    Checkpoint, typer.Option("--checkpoint", help="best: best validation score; last: latest step.")
+]
+
+
+class Device(str, Enum):
+    auto = "auto"
+    cpu = "cpu"
+    cuda = "cuda"
+    mps = "mps"
+
+
+class AttendFormat(str, Enum):
+    table = "table"
+    json = "json"
+    npz = "npz"
+    png = "png"
+    html = "html"
+
+
+class HeadsFormat(str, Enum):
+    table = "table"
+    json = "json"
+
+
+class Ablation(str, Enum):
+    zero = "zero"
+    mean = "mean"
+
+
+class PatchBy(str, Enum):
+    head = "head"
+    head_position = "head-position"
+    layer_position = "layer-position"
+
+
+class Construction(str, Enum):
+    subject = "subject"
+    coreference = "coreference"
+    semantic = "semantic"
+
+
+class PatchFormat(str, Enum):
+    table = "table"
+    json = "json"
+
+
+class PredictFormat(str, Enum):
+    text = "text"
+    json = "json"
