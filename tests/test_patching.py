@@ -68,6 +68,9 @@ def test_pairs_of_different_lengths_are_grouped_and_every_pair_counts(model_and_
     groups = prompts_of(framing, pairs, 64)
     assert len(groups) == 2 and sum(len(group.answer) for group in groups) == 30
     assert patch(model, groups, by="head").pairs == 30
+    for by in ("head-position", "layer-position"):  # positions of prompts of two lengths do not line up
+        with pytest.raises(UserError, match=f"--by {by} compares positions, but these pairs' prompts are of"):
+            patch(model, groups, by=by)
 
 
 @pytest.mark.parametrize(

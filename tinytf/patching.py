@@ -105,6 +105,11 @@ def patch(model: Transformer, groups: Sequence[Prompts], by: str = "head") -> Pa
     its corrupted one, over `groups` of pairs (pairs of one length each); `model` in eval mode."""
     if by not in BY:
         raise ValueError(f"by={by!r}: one of {', '.join(BY)}")
+    if by != "head" and len(groups) > 1:
+        lengths = " and ".join(str(prompts.clean.size(1)) for prompts in groups)
+        raise UserError(
+            f"--by {by} compares positions, but these pairs' prompts are of {lengths} tokens: use --by head"
+        )
     if model.decoder is None or model.encoder is not None:
         raise UserError("activation patching reads decoder-only models (the next word after a prompt)")
     runs = [_patch_group(model, prompts, by) for prompts in groups]
