@@ -85,3 +85,12 @@ def test_attribute_splits_the_logit_difference_into_parts_that_add_up(sentences_
     table = invoke(*args)
     assert table.exit_code == 0 and f"logit difference {report['ld']:.3f} = the sum" in table.stdout
     assert_user_error(invoke(*args[:3], "sleeps sleeps", *args[4:]), "must each be one token")
+
+
+def test_png_draws_the_heatmaps_to_the_file_named(sentences_run, tmp_path):
+    out = tmp_path / "patch.png"
+    args = ["patch", "--run", sentences_run, "--pairs", 10, "--construction", "subject", "--by", "layer-position"]
+    result = invoke(*args, "--format", "png", "--out", out)
+    assert result.exit_code == 0, result.output
+    assert result.stdout == f"wrote {out}\n" and out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert_user_error(invoke(*args, "--out", tmp_path / "t.txt"), "--out is for --format png")

@@ -227,6 +227,7 @@ def patch(
         PatchBy, typer.Option("--by", help="Patch each head, or each head or layer at each position.")
     ] = PatchBy.head,
     output_format: Annotated[PatchFormat, typer.Option("--format")] = PatchFormat.table,
+    out: Annotated[Path | None, typer.Option("--out", help="File for png (default: a new patch.png).")] = None,
 ) -> None:
     """Which heads and layers carry the word that decides the answer: activation patching.
 
@@ -235,12 +236,19 @@ def patch(
 
     Example: tinytf patch --pairs 200 --construction subject
     """
-    from tinytf.commands import patch_output, patch_pairs
+    from tinytf.commands import check_writable_file, patch_output, patch_pairs, write_patch_png
 
+    if out is not None:
+        if output_format is not PatchFormat.png:
+            raise UserError(f"--out {out}: --out is for --format png")
+        check_writable_file(out, "patch.png")
     loaded = load_chosen_run(run, runs_dir, checkpoint)
     chosen = None if construction is None else construction.value
-    report = patch_pairs(loaded, (clean, corrupt, answer, wrong), pairs, chosen, by.value)
-    typer.echo(patch_output(loaded, report, checkpoint.value, as_json=output_format is PatchFormat.json), nl=False)
+    report, tokens = patch_pairs(loaded, (clean, corrupt, answer, wrong), pairs, chosen, by.value)
+    if output_format is PatchFormat.png:
+        typer.echo(f"wrote {write_patch_png(report, tokens, out)}")
+    else:
+        typer.echo(patch_output(loaded, report, checkpoint.value, as_json=output_format is PatchFormat.json), nl=False)
 
 
 @app.command("attribute")

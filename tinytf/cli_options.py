@@ -68,6 +68,7 @@ class Construction(str, Enum):
 class PatchFormat(str, Enum):
     table = "table"
     json = "json"
+    png = "png"
 
 
 class PredictFormat(str, Enum):

@@ -33,7 +33,7 @@ from tinytf.tasks.base import Pairs
 from tinytf.tasks.sentences import CONSTRUCTIONS, MinimalPair, minimal_pairs
 from tinytf.training import TrainResult
 from tinytf.viewer import attention_page
-from tinytf.viz import report_figure, save_figure, terminal_report
+from tinytf.viz import patch_figure, report_figure, save_figure, terminal_report
 
 QUICKSTART = "quickstart.yaml"  # packaged inside tinytf, so `tinytf train` works from any folder
 ATTENTION_FILES = ("json", "npz", "png", "html")  # the `attend` formats written to a file
@@ -326,9 +326,10 @@ def fresh_path(path: Path) -> Path:
 
 def patch_pairs(
     loaded: LoadedRun, one: tuple[str | None, ...], n: int | None, construction: str | None, by: str
-) -> PatchReport:
+) -> tuple[PatchReport, list[str] | None]:
     """`patch`: one pair (`one` = clean, corrupt, answer, wrong) or `n` drawn pairs of
-    `construction`, each head's or layer's activation patched from clean into corrupted."""
+    `construction`, each head's or layer's activation patched from clean into corrupted;
+    with the clean prompt's tokens when the pairs share one length."""
     if n is None:
         if any(value is None for value in one):
             raise UserError(
@@ -345,7 +346,11 @@ def patch_pairs(
                 f"--pairs draws minimal pairs of the sentences task, not of {loaded.task.name}: give one pair"
             )
         pairs = minimal_pairs(construction, n, seed=loaded.config.seed)
-    return patch(loaded.model, prompts_of(loaded.framing, pairs, loaded.config.model.max_len), by)
+    groups = prompts_of(loaded.framing, pairs, loaded.config.model.max_len)
+    report = patch(loaded.model, groups, by)
+    # The prompt's tokens, to label positions, when the pairs share one prompt length
+    tokens = loaded.vocab.decode(groups[0].clean[0].tolist()) if len(groups) == 1 else None
+    return report, tokens
 
 
 def patch_output(loaded: LoadedRun, report: PatchReport, checkpoint: str, as_json: bool) -> str:
@@ -387,3 +392,13 @@ def attribution_output(loaded: LoadedRun, report: Attribution, checkpoint: str, 
         layer, head = ("-" if value is None else value for value in (part.layer, part.head))
         lines.append(f"{part.component:<10} {layer:>5} {head:>4} {part.contribution:>12.3f}")
     return "\n".join(lines) + "\n"
+
+
+def write_patch_png(report: PatchReport, tokens: list[str] | None, out: Path | None) -> Path:
+    """`patch --format png`: the heatmaps to `out`, or to a new patch.png; the path written."""
+    from matplotlib import rc_context
+
+    path = out or fresh_path(Path("patch.png"))
+    with writing(path) as file, rc_context({"savefig.format": "png"}):
+        save_figure(patch_figure(report, tokens), file)
+    return path

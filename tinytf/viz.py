@@ -22,6 +22,7 @@ if TYPE_CHECKING:
 
     from tinytf.attend import AttentionMap, AttentionReport
     from tinytf.heads import HeadReport, HeadScore
+    from tinytf.patching import PatchReport
 
 SHADES = " ░▒▓█"  # weight 0 .. 1, in five steps
 ASCII_SHADES = " .:#@"  # the same steps, for an output that cannot show SHADES (e.g. cp1252)
@@ -207,6 +208,33 @@ def _grid_layout(report: HeadReport) -> tuple:
     """What the kept pixels of a score grid show: patterns, heads, inputs, where scores apply."""
     names = tuple(head_column_name(h) for h in report.heads)
     return tuple(report.patterns), names, report.inputs, _score_grid(report).mask.tobytes()
+
+
+def patch_figure(report: PatchReport, tokens: list[str] | None) -> Figure:
+    """Heatmaps of a `PatchReport`'s `restored` (-1 red .. 0 white .. 1 blue): layer x head
+    for --by head; (layer, head) or layer x position, with the prompt's `tokens` (if the
+    pairs share one prompt length) on the axis, one map per component, otherwise."""
+    from matplotlib.figure import Figure
+
+    components = list(dict.fromkeys(result.component for result in report.results))
+    figure = Figure(figsize=(9, 2 + 2 * len(components)), layout="constrained")
+    for ax, component in zip(figure.subplots(len(components), 1, squeeze=False)[:, 0], components, strict=True):
+        results = [result for result in report.results if result.component == component]
+        by_position = results[0].position is not None
+        # Each result's (row, column): ((layer, head or None), position) or ((layer, None), head).
+        cells = [((r.layer, r.head), r.position) if by_position else ((r.layer, None), r.head) for r in results]
+        rows, columns = (list(dict.fromkeys(cell[i] for cell in cells)) for i in (0, 1))
+        grid = np.zeros((len(rows), len(columns)))
+        for (row, column), result in zip(cells, results, strict=True):
+            grid[rows.index(row), columns.index(column)] = result.restored
+        ax.imshow(grid, cmap="RdBu", vmin=-1, vmax=1, aspect="auto")
+        labels = [tokens[column] if tokens and by_position else str(column) for column in columns]
+        ax.set_xticks(range(len(columns)), labels, rotation=90 if by_position else 0, fontsize=7)
+        ax.set_yticks(range(len(rows)), [str(layer) if head is None else f"{layer}.{head}" for layer, head in rows])
+        ax.set_xlabel("position" if by_position else "head", fontsize=8)
+        ax.set_ylabel("layer.head" if rows[0][1] is not None else "layer", fontsize=8)
+        ax.set_title(f"{component}: restored over {report.pairs} pair(s)", fontsize=9)
+    return figure
 
 
 def save_figure(figure: Figure, path) -> None:
