@@ -50,6 +50,23 @@ def test_one_pair_by_layer_and_position_restores_all_where_the_prompts_differ(se
         (["--pairs", 5, "--construction", "subject", "--clean", "the cat"], "--pairs draws its pairs: drop --clean"),
         (["--clean", "the cat"], "give --clean, --corrupt, --answer and --wrong (one pair)"),
         (
+            [
+                *[
+                    "--clean",
+                    "the cat",
+                    "--corrupt",
+                    "the cats",
+                    "--answer",
+                    "sleeps",
+                    "--wrong",
+                    "sleep",
+                    "--construction",
+                    "subject",
+                ]
+            ],
+            "--construction chooses the pairs --pairs draws",
+        ),
+        (
             ["--clean", "the cat", "--corrupt", "the cats near", "--answer", "sleeps", "--wrong", "sleep"],
             "the clean prompt has 2 tokens, the corrupted one 3",
         ),
@@ -73,7 +90,7 @@ def test_only_a_language_model_of_sentences_draws_pairs(run, tmp_path):
     one_pair = ["--clean", "1 2", "--corrupt", "2 1", "--answer", "1", "--wrong", "2"]
     assert_user_error(
         invoke("patch", "--run", encoder, *one_pair),
-        "patching reads language models (the next word after a prompt); sort answers questions",
+        "patching and attribution read language models (the next word after a prompt); sort answers questions",
     )
 
 

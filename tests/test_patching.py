@@ -64,12 +64,12 @@ def test_a_heads_patch_is_the_replacement_written_by_hand(model_and_vocab):
 
 def test_pairs_of_different_lengths_are_grouped_and_every_pair_counts(model_and_vocab):
     model, framing = model_and_vocab
-    pairs = minimal_pairs("coreference", 30, seed=0)  # "... near the dogs slept ." or "... that saw the dogs sat ."
+    pairs = minimal_pairs("subject", 10, seed=0) + minimal_pairs("semantic", 20, seed=0)  # 5 words, and 6
     groups = prompts_of(framing, pairs, 64)
     assert len(groups) == 2 and sum(len(group.answer) for group in groups) == 30
     assert patch(model, groups, by="head").pairs == 30
     for by in ("head-position", "layer-position"):  # positions of prompts of two lengths do not line up
-        with pytest.raises(UserError, match=f"--by {by} compares positions, but these pairs' prompts are of"):
+        with pytest.raises(UserError, match=f"{by} compares positions, which do not line up across prompts of"):
             patch(model, groups, by=by)
 
 

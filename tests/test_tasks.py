@@ -347,6 +347,7 @@ def test_minimal_pairs_differ_in_the_word_the_answer_reads(construction):
             assert task.vocab.decode(task.vocab.encode(tokens)) == tokens
             # the answer, at len(prompt) + 1 after <bos>, reads the word that differs
             assert (len(prompt) + 1, differs + 1) in task.alignments([], task.vocab.encode(tokens))[construction]
+    assert len({len(pair.clean.split()) for pair in minimal_pairs(construction, 50)}) == 1  # patchable by position
     assert minimal_pairs(construction, 5, seed=1) == minimal_pairs(construction, 5, seed=1)
     assert minimal_pairs(construction, 5, seed=1) != minimal_pairs(construction, 5, seed=2)
 

@@ -22,6 +22,7 @@ from tinytf.cli_errors import EXIT_INTERRUPTED, OneLineUsageErrors, user_errors_
 from tinytf.cli_options import (
     Ablation,
     AttendFormat,
+    AttributeFormat,
     Checkpoint,
     CheckpointOption,
     Construction,
@@ -260,7 +261,7 @@ def attribute_command(
     run: RunOption = None,
     runs_dir: RunsDirOption = Path("runs"),
     checkpoint: CheckpointOption = Checkpoint.best,
-    output_format: Annotated[PatchFormat, typer.Option("--format")] = PatchFormat.table,
+    output_format: Annotated[AttributeFormat, typer.Option("--format")] = AttributeFormat.table,
 ) -> None:
     """Each head's, each MLP's, the embedding's and the biases' share of logit(answer) -
     logit(wrong) after TEXT, through the final LayerNorm: direct logit attribution.
@@ -272,7 +273,7 @@ def attribute_command(
     loaded = load_chosen_run(run, runs_dir, checkpoint)
     report = attribution(loaded, text, answer, wrong)
     typer.echo(
-        attribution_output(loaded, report, checkpoint.value, as_json=output_format is PatchFormat.json), nl=False
+        attribution_output(loaded, report, checkpoint.value, as_json=output_format is AttributeFormat.json), nl=False
     )
 
 

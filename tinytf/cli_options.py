@@ -74,3 +74,8 @@ class PatchFormat(str, Enum):
 class PredictFormat(str, Enum):
     text = "text"
     json = "json"
+
+
+class AttributeFormat(str, Enum):
+    table = "table"
+    json = "json"

@@ -335,6 +335,8 @@ def patch_pairs(
             raise UserError(
                 "give --clean, --corrupt, --answer and --wrong (one pair), or --pairs N --construction NAME"
             )
+        if construction is not None:
+            raise UserError("--construction chooses the pairs --pairs draws: drop it for a pair of your own")
         pairs = [MinimalPair(*one)]
     else:
         if any(value is not None for value in one):
@@ -360,7 +362,7 @@ def patch_output(loaded: LoadedRun, report: PatchReport, checkpoint: str, as_jso
     lines = [
         f"{run_heading(loaded, checkpoint)}, {report.pairs} pair{'s' * (report.pairs > 1)}",
         f"logit difference: clean {report.ld_clean:.3f}, corrupted {report.ld_corrupt:.3f}; "
-        f"clean answer right in {report.clean_correct:.0%} of pairs",
+        f"answer above wrong in {report.clean_correct:.0%} of clean prompts",
         f"{'component':<10} {'layer':>5} {'head':>4} {'position':>8} {'restored':>8}",
     ]
     for result in sorted(report.results, key=lambda result: -abs(result.restored)):

@@ -76,7 +76,8 @@ def prompts_of(framing: Framing, pairs: Sequence[MinimalPair], max_len: int) -> 
     or whose answer or wrong answer is not one token."""
     if framing.answers_questions:
         raise UserError(
-            f"patching reads language models (the next word after a prompt); {framing.task.name} answers questions"
+            "patching and attribution read language models (the next word after a prompt); "
+            f"{framing.task.name} answers questions"
         )
     groups: dict[int, list[tuple[list[int], list[int], int, int]]] = {}
     for pair in pairs:
@@ -108,7 +109,7 @@ def patch(model: Transformer, groups: Sequence[Prompts], by: str = "head") -> Pa
     if by != "head" and len(groups) > 1:
         lengths = " and ".join(str(prompts.clean.size(1)) for prompts in groups)
         raise UserError(
-            f"--by {by} compares positions, but these pairs' prompts are of {lengths} tokens: use --by head"
+            f"{by} compares positions, which do not line up across prompts of {lengths} tokens: patch by head"
         )
     if model.decoder is None or model.encoder is not None:
         raise UserError("activation patching reads decoder-only models (the next word after a prompt)")

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from tinytf.config import TaskConfig
-from tinytf.errors import ConfigError
+from tinytf.errors import ConfigError, UserError
 from tinytf.lazy import torch
 from tinytf.tasks.base import LanguageModelTask, Pairs
 from tinytf.tasks.vocab import BOS, EOS, PAD, PAD_ID, SPECIALS, Vocabulary
@@ -224,8 +224,8 @@ def _coreference_pair(rng: random.Random) -> MinimalPair:
     says nothing of the number."""
     number, other = rng.sample(["sg", "pl"], 2)
     noun = rng.randrange(len(NOUNS["sg"]))
-    if rng.random() < 0.5:
-        middle = [rng.choice(PREPOSITIONS), "the", rng.choice(NOUNS[rng.choice(["sg", "pl"])])]
+    if rng.random() < 0.5:  # (an adjective, so that both kinds of prompt have one length)
+        middle = [rng.choice(PREPOSITIONS), "the", rng.choice(ADJECTIVES), rng.choice(NOUNS[rng.choice(["sg", "pl"])])]
     else:
         middle = ["that", rng.choice(TRANSITIVE["past"]), "the", rng.choice(NOUNS[rng.choice(["sg", "pl"])])]
     rest = [*middle, rng.choice(INTRANSITIVE["past"]), "."]
@@ -240,7 +240,9 @@ def _coreference_pair(rng: random.Random) -> MinimalPair:
 def _semantic_pair(rng: random.Random) -> MinimalPair:
     """The first adjective decides the second: its antonym after "not", a synonym after "so"."""
     number, link = rng.choice(["sg", "pl"]), rng.choice(list(SEMANTIC))
-    first, second = rng.sample(list(ANTONYMS), 2)  # two words, so two answers: no word is two's antonym or synonym
+    first, second = rng.sample(
+        list(ANTONYMS), 2
+    )  # distinct first words give distinct answers: each relation is one-to-one
     start = ["the", rng.choice(NOUNS[number]), COPULA[number]]
     return MinimalPair(
         " ".join([*start, first, ",", link]),
@@ -283,6 +285,11 @@ class Sentences(LanguageModelTask):
     @cached_property
     def pool(self) -> Pairs:
         """POOL_SIZE sentences of min_len..max_len words, as <bos> words <eos>."""
+        if missing := [word for word in all_words() if word not in self.vocab.ids]:
+            raise UserError(
+                f"this vocabulary lacks words of the sentences grammar ({', '.join(map(repr, missing[:4]))}...): "
+                "the run was trained on an older grammar; train it again"
+            )
         grammar = Grammar(random.Random(POOL_SEED))
         width = self.max_target_len
         target = torch.full((POOL_SIZE, width), PAD_ID)
