@@ -103,8 +103,9 @@ def test_the_limit_key_decides_when_set(machine_of_16_gb):
 
 def test_a_machine_that_does_not_say_its_memory_is_not_checked(monkeypatch):
     monkeypatch.setattr(memory, "physical_memory", lambda: None)
-    check_memory(load_config(SORT_DECODER, WIDE_AND_DEEP))
-    assert memory.physical_memory is not None
+    config = load_config(SORT_DECODER, WIDE_AND_DEEP)
+    assert memory.memory_limit(config) is None
+    check_memory(config)
 
 
 @pytest.mark.parametrize("path", [*CONFIGS, ROOT / "tinytf" / "quickstart.yaml"], ids=lambda p: Path(p).name)

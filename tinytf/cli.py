@@ -22,18 +22,17 @@ from tinytf.cli_errors import EXIT_INTERRUPTED, OneLineUsageErrors, user_errors_
 from tinytf.cli_options import (
     Ablation,
     AttendFormat,
-    AttributeFormat,
     Checkpoint,
     CheckpointOption,
     Construction,
     Device,
-    HeadsFormat,
     OverridesOption,
     PatchBy,
     PatchFormat,
     PredictFormat,
     RunOption,
     RunsDirOption,
+    TableFormat,
 )
 from tinytf.errors import UserError
 from tinytf.experiment import describe_tasks, dump_checked_config, load_config
@@ -180,7 +179,7 @@ def heads(
             "or to its mean) and report the loss and accuracies without it.",
         ),
     ] = None,
-    output_format: Annotated[HeadsFormat, typer.Option("--format", help="A table, or JSON.")] = HeadsFormat.table,
+    output_format: Annotated[TableFormat, typer.Option("--format", help="A table, or JSON.")] = TableFormat.table,
     out: Annotated[Path | None, typer.Option("--out", help="Write to this file instead of the terminal.")] = None,
 ) -> None:
     """Score what every attention head does: how much of its attention follows each pattern
@@ -192,12 +191,12 @@ def heads(
     from tinytf.commands import check_writable_file, heads_output, score_heads, write_output
 
     if out is not None:
-        check_writable_file(out, "heads.json" if output_format is HeadsFormat.json else "heads.txt")
+        check_writable_file(out, "heads.json" if output_format is TableFormat.json else "heads.txt")
     loaded = load_chosen_run(run, runs_dir, checkpoint)
     report = score_heads(loaded, checkpoint.value, n, text, None if ablate is None else ablate.value)
     if report.note is not None:
         typer.echo(f"note: {report.note}", err=True)
-    content = heads_output(loaded, report, checkpoint.value, as_json=output_format is HeadsFormat.json)
+    content = heads_output(loaded, report, checkpoint.value, as_json=output_format is TableFormat.json)
     if out is None:
         typer.echo(content, nl=False)
     else:
@@ -261,7 +260,7 @@ def attribute_command(
     run: RunOption = None,
     runs_dir: RunsDirOption = Path("runs"),
     checkpoint: CheckpointOption = Checkpoint.best,
-    output_format: Annotated[AttributeFormat, typer.Option("--format")] = AttributeFormat.table,
+    output_format: Annotated[TableFormat, typer.Option("--format")] = TableFormat.table,
 ) -> None:
     """Each head's, each MLP's, the embedding's and the biases' share of logit(answer) -
     logit(wrong) after TEXT, through the final LayerNorm: direct logit attribution.
@@ -273,7 +272,7 @@ def attribute_command(
     loaded = load_chosen_run(run, runs_dir, checkpoint)
     report = attribution(loaded, text, answer, wrong)
     typer.echo(
-        attribution_output(loaded, report, checkpoint.value, as_json=output_format is AttributeFormat.json), nl=False
+        attribution_output(loaded, report, checkpoint.value, as_json=output_format is TableFormat.json), nl=False
     )
 
 

@@ -43,7 +43,9 @@ class AttendFormat(str, Enum):
     html = "html"
 
 
-class HeadsFormat(str, Enum):
+class TableFormat(str, Enum):
+    """A table for people, or JSON for programs (heads, attribute)."""
+
     table = "table"
     json = "json"
 
@@ -73,9 +75,4 @@ class PatchFormat(str, Enum):
 
 class PredictFormat(str, Enum):
     text = "text"
-    json = "json"
-
-
-class AttributeFormat(str, Enum):
-    table = "table"
     json = "json"

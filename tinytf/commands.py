@@ -33,7 +33,7 @@ from tinytf.tasks.base import Pairs
 from tinytf.tasks.sentences import CONSTRUCTIONS, MinimalPair, minimal_pairs
 from tinytf.training import TrainResult
 from tinytf.viewer import attention_page
-from tinytf.viz import patch_figure, report_figure, save_figure, terminal_report
+from tinytf.viz import patch_figure, report_figure, save_png, terminal_report
 
 QUICKSTART = "quickstart.yaml"  # packaged inside tinytf, so `tinytf train` works from any folder
 ATTENTION_FILES = ("json", "npz", "png", "html")  # the `attend` formats written to a file
@@ -172,11 +172,7 @@ def write_attention(
         elif output_format == "npz":
             report.save_npz(file)
         else:
-            from matplotlib import rc_context
-
-            # PNG said outright: matplotlib does not read the format from a file object.
-            with rc_context({"savefig.format": "png"}):
-                save_figure(report_figure(report), file)
+            save_png(report_figure(report), file)
     return path
 
 
@@ -207,7 +203,7 @@ def score_heads(loaded: LoadedRun, checkpoint: str, n: int | None, text: str | N
     where they come from in `meta`."""
     pairs = None
     if text is None:  # by default the first HEAD_SCORE_INPUTS, or all if there are fewer
-        pairs = first_held_out(loaded, n) if n is not None else first_held_out(loaded, None)[:HEAD_SCORE_INPUTS]
+        pairs = first_held_out(loaded, n)[: n or HEAD_SCORE_INPUTS]
     report = head_scores(loaded.model, loaded.framing, pairs, text=text, ablate=ablate)
     report.meta = {"run": str(loaded.run_dir), "checkpoint": checkpoint, "step": loaded.step, "text": text}
     return report
@@ -398,9 +394,7 @@ def attribution_output(loaded: LoadedRun, report: Attribution, checkpoint: str, 
 
 def write_patch_png(report: PatchReport, tokens: list[str] | None, out: Path | None) -> Path:
     """`patch --format png`: the heatmaps to `out`, or to a new patch.png; the path written."""
-    from matplotlib import rc_context
-
     path = out or fresh_path(Path("patch.png"))
-    with writing(path) as file, rc_context({"savefig.format": "png"}):
-        save_figure(patch_figure(report, tokens), file)
+    with writing(path) as file:
+        save_png(patch_figure(report, tokens), file)
     return path

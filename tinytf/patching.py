@@ -66,7 +66,7 @@ class PatchReport:
     results: list[Patched] = field(default_factory=list)
 
     def to_dict(self) -> dict:
-        return {**asdict(self), "results": [asdict(result) for result in self.results]}
+        return asdict(self)
 
 
 def prompts_of(framing: Framing, pairs: Sequence[MinimalPair], max_len: int) -> list[Prompts]:
@@ -144,7 +144,9 @@ def _patch_group(model: Transformer, prompts: Prompts, by: str) -> _GroupRun:
     def ld(logits: torch.Tensor) -> torch.Tensor:
         return logit_difference(logits, prompts.answer, prompts.wrong)
 
-    clean_logits, cache = model.run_with_cache(prompts.clean)
+    # Only what is patched: caching a `.pattern` would take attention off the fused kernel.
+    patched = (".z",) if by != "layer-position" else tuple(f".{name}" for name in LAYER_COMPONENTS)
+    clean_logits, cache = model.run_with_cache(prompts.clean, names=lambda name: name.endswith(patched))
     run = _GroupRun(ld(clean_logits), ld(model(prompts.corrupt)), {})
     for key, name, replace in _components(model, cache, by, prompts.clean.size(1)):
         run.patched[key] = ld(model.run_with_hooks(prompts.corrupt, hooks={name: replace}))
@@ -201,7 +203,7 @@ class Attribution:
     components: list[Contribution]
 
     def to_dict(self) -> dict:
-        return {"ld": self.ld, "components": [asdict(component) for component in self.components]}
+        return asdict(self)
 
 
 @torch.no_grad()
@@ -218,7 +220,8 @@ def attribute(model: Transformer, tokens: torch.Tensor, answer: int, wrong: int)
             "logit attribution needs model.norm=pre: with post-norm a LayerNorm follows every sublayer, "
             "so the stream reaching the output is not a sum of the sublayers' outputs"
         )
-    logits, cache = model.run_with_cache(tokens)
+    kept = ("embed", ".self.z", ".mlp_out", ".resid_post")  # the parts, and the stream reaching the output
+    logits, cache = model.run_with_cache(tokens, names=lambda name: name.endswith(kept))
     norm, layers = model.decoder.final_norm, model.decoder.layers
     direction = model.lm_head.weight[answer] - model.lm_head.weight[wrong]  # (D,)
     final = cache[f"decoder.{len(layers) - 1}.resid_post"][0, -1]  # (D,): the stream at the last position

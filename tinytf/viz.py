@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import sys
 from collections import OrderedDict
-from typing import TYPE_CHECKING, TextIO
+from typing import TYPE_CHECKING, BinaryIO, TextIO
 
 import numpy as np
 
@@ -237,8 +237,9 @@ def patch_figure(report: PatchReport, tokens: list[str] | None) -> Figure:
     return figure
 
 
-def save_figure(figure: Figure, path) -> None:
-    figure.savefig(path, dpi=120)
+def save_png(figure: Figure, file: BinaryIO) -> None:
+    """`figure` as PNG into the open `file` (matplotlib cannot read a format from a file object)."""
+    figure.savefig(file, dpi=120, format="png")
 
 
 class LayerImages:
