@@ -30,7 +30,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from headless import chromium, screenshot  # noqa: E402  (tests/ is not a package)
 
-WIDTH = 1400  # px: wide enough for the head table beside the head view
+WIDTH = 1600  # wide enough for the quickstart's head table and drawing side by side
 
 
 def tinytf(*args: str, cwd: Path | None = None) -> str:

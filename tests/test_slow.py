@@ -38,7 +38,6 @@ def test_shipped_config_reaches_its_accuracy(name, tmp_path):
 @pytest.mark.slow
 def test_quickstart_learns_the_grammar(tmp_path):
     from tinytf.runs import load_run
-    from tinytf.tasks.sentences import minimal_pairs
 
     result = train(load_config(ROOT / "configs" / "quickstart.yaml"), runs_dir=tmp_path)
     # Toy English is random by design (about 2 nats of entropy per word at these settings);
@@ -47,7 +46,7 @@ def test_quickstart_learns_the_grammar(tmp_path):
     # What is not random, it knows: the clean prompt's answer beats the corrupted one's.
     run = load_run(result.run_dir)
     for construction in ("subject", "coreference", "semantic"):
-        pairs = minimal_pairs(construction, 200, seed=1)
+        pairs = run.task.held_out_pairs(construction, 200, seed=1)
         right = 0
         for pair in pairs:
             with torch.no_grad():  # the next word's logits, after the prompt

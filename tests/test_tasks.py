@@ -11,12 +11,25 @@ from conftest import unblocked_after
 from tinytf import build_model
 from tinytf.batch import IGNORE
 from tinytf.config import ConfigProblem, TaskConfig, config_from_dict
-from tinytf.errors import ConfigError
+from tinytf.errors import ConfigError, UserError
 from tinytf.experiment import check_config
 from tinytf.framing import get_framing
 from tinytf.tasks import TASKS, get_task
 from tinytf.tasks.base import SymbolTask
-from tinytf.tasks.sentences import COPULA, INTRANSITIVE, NOUNS, TRANSITIVE, Grammar, minimal_pairs
+from tinytf.tasks.sentences import (
+    ANTONYMS,
+    COPULA,
+    DETERMINERS,
+    HELD_OUT_ADJECTIVES,
+    INTRANSITIVE,
+    NOUN_INDEX,
+    NOUNS,
+    SEMANTIC,
+    TRANSITIVE,
+    Grammar,
+    held_out_adjectives,
+    minimal_pairs,
+)
 from tinytf.tasks.text import MAX_TEXT_BYTES
 
 
@@ -361,3 +374,43 @@ def test_the_sentences_hold_each_construction_and_tasks_shows_one_of_each():
     assert min(found.values()) > 300, found
     shown = TASKS["sentences"].example().split("  |  ")
     assert len(shown) == 3 and " . " in shown[0] and (" not " in shown[1] or " so " in shown[1])
+
+
+@pytest.mark.parametrize("construction", ["subject", "coreference", "semantic"])
+def test_held_out_pairs_begin_no_training_sentence(construction):
+    task = get_task(task_config("sentences", min_len=3, max_len=12))
+    beginnings = set()
+    for i in range(len(task.pool)):
+        words = task.vocab.decode(task.pool.example(i)[1])[1:-1]
+        beginnings |= {" ".join(words[:k]) for k in range(1, len(words) + 1)}
+    pairs = task.held_out_pairs(construction, 300, seed=0)
+    assert len(pairs) == 300 and len(set(pairs)) > 150
+    for pair in pairs:
+        assert f"{pair.clean} {pair.answer}" not in beginnings
+        assert f"{pair.corrupt} {pair.wrong}" not in beginnings
+
+
+def test_semantic_training_sentences_leave_each_nouns_held_out_adjectives_to_the_pairs():
+    task = get_task(task_config("sentences"))
+    first_adjectives = {}  # noun -> the first adjectives training gives it
+    for i in range(len(task.pool)):
+        words = task.vocab.decode(task.pool.example(i)[1])
+        if "," in words:
+            noun = next(word for word in words if word in NOUN_INDEX)
+            first_adjectives.setdefault(noun, set()).add(words[words.index(",") - 1])
+    for noun, seen in first_adjectives.items():
+        assert not seen & set(held_out_adjectives(noun)) and len(seen) == 10 - HELD_OUT_ADJECTIVES
+    assert len(first_adjectives) == 20
+
+
+def test_minimal_pairs_say_so_when_training_has_seen_them_all():
+    everything = {
+        (determiner, noun, COPULA[number], first, ",", link, SEMANTIC[link][first])
+        for number in ("sg", "pl")
+        for determiner in DETERMINERS[number]
+        for noun in NOUNS[number]
+        for first in ANTONYMS
+        for link in SEMANTIC
+    }
+    with pytest.raises(UserError, match="too few semantic pairs are unseen in training: found 0 of 10"):
+        minimal_pairs("semantic", 10, seed=0, seen=everything)

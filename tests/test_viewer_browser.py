@@ -247,4 +247,4 @@ def test_the_screenshot_script_writes_a_run_s_page_and_saves_its_png(tmp_path):
     written, wrote = done.stdout.splitlines()
     assert written.endswith(" s (the whole command)") and wrote == f"wrote {out}"
     header = out.read_bytes()[:24]
-    assert header[:8] == b"\x89PNG\r\n\x1a\n" and struct.unpack(">II", header[16:24])[0] == 1400
+    assert header[:8] == b"\x89PNG\r\n\x1a\n" and struct.unpack(">II", header[16:24])[0] == 1600  # the script's WIDTH

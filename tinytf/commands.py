@@ -30,7 +30,7 @@ from tinytf.loggers import ProgressBarLogger
 from tinytf.patching import Attribution, PatchReport, attribute, patch, prompts_of
 from tinytf.runs import CONFIG_FILE, LoadedRun, check_data, check_run_name, checkpoint_path, resolve_run
 from tinytf.tasks.base import Pairs
-from tinytf.tasks.sentences import CONSTRUCTIONS, MinimalPair, minimal_pairs
+from tinytf.tasks.sentences import CONSTRUCTIONS, MinimalPair
 from tinytf.training import TrainResult
 from tinytf.viewer import attention_page
 from tinytf.viz import patch_figure, report_figure, save_png, terminal_report
@@ -343,7 +343,7 @@ def patch_pairs(
             raise UserError(
                 f"--pairs draws minimal pairs of the sentences task, not of {loaded.task.name}: give one pair"
             )
-        pairs = minimal_pairs(construction, n, seed=loaded.config.seed)
+        pairs = loaded.task.held_out_pairs(construction, n, seed=loaded.config.seed)
     groups = prompts_of(loaded.framing, pairs, loaded.config.model.max_len)
     report = patch(loaded.model, groups, by)
     # The prompt's tokens, to label positions, when the pairs share one prompt length

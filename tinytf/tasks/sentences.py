@@ -17,13 +17,15 @@ head may take up (a query that predicts the word, reading the word that decides 
   that see the cat slept . they run" -- "they", because of "dogs", not of "cat".
 - "semantic": the last adjective is the first one's antonym after "not" and its synonym
   after "so": "the cat is big , not small", "the dogs are happy , so glad".
-`minimal_pairs` makes, for each, prompts that differ only in the word that decides.
+`minimal_pairs` makes, for each, prompts that differ only in the word that decides;
+`Sentences.held_out_pairs` keeps those that begin no training sentence.
 """
 
 from __future__ import annotations
 
 import itertools
 import random
+from collections.abc import Set
 from dataclasses import dataclass
 from functools import cached_property
 
@@ -67,8 +69,10 @@ SYNONYMS = {
     "quiet": "silent",
 }
 SEMANTIC = {"not": ANTONYMS, "so": SYNONYMS}  # the word before the answer -> the relation
+HELD_OUT_ADJECTIVES = 3  # of the 10, for each noun: see `held_out_adjectives`
 COREFERENCE_SHARE, SEMANTIC_SHARE = 0.25, 0.25  # of the grammar's sentences
-NOUN_WORDS = frozenset(word for words in NOUNS.values() for word in words)
+NOUN_INDEX = {word: index for words in NOUNS.values() for index, word in enumerate(words)}
+NOUN_WORDS = frozenset(NOUN_INDEX)
 SUBJECT_WORDS = NOUN_WORDS | set(PRONOUNS.values())
 VERB_WORDS = frozenset(
     [*COPULA.values(), *(word for forms in (INTRANSITIVE, TRANSITIVE) for words in forms.values() for word in words)]
@@ -82,6 +86,14 @@ def all_words() -> list[str]:
     groups += [*TRANSITIVE.values(), PREPOSITIONS, ["that"], [".", *PRONOUNS.values()]]
     groups += [COPULA.values(), ANTONYMS, [",", *SEMANTIC], SYNONYMS.values()]
     return list(dict.fromkeys(word for group in groups for word in group))
+
+
+def held_out_adjectives(noun: str) -> list[str]:
+    """The first adjectives that training sentences never give `noun` (of either number) in
+    the semantic construction, a different few for each noun: semantic minimal pairs drawn
+    from them begin no training sentence, so they test the relation, not memory."""
+    adjectives = list(ANTONYMS)
+    return [adjectives[(NOUN_INDEX[noun] + k) % len(adjectives)] for k in range(HELD_OUT_ADJECTIVES)]
 
 
 def sentence_words(tokens: list[str]) -> list[list[list[tuple[int, str]]]]:
@@ -152,7 +164,9 @@ class Grammar:
         clause = self.noun_phrase(number, depth=0)
         roll = self.rng.random()
         if roll < SEMANTIC_SHARE:
-            first, link = self.rng.choice(list(ANTONYMS)), self.rng.choice(list(SEMANTIC))
+            subject = next(word for word in clause if word in NOUN_WORDS)
+            first = self.rng.choice([word for word in ANTONYMS if word not in held_out_adjectives(subject)])
+            link = self.rng.choice(list(SEMANTIC))
             return [*clause, COPULA[number], first, ",", link, SEMANTIC[link][first]]
         clause += self.verb_phrase(number, depth=0)
         if roll < SEMANTIC_SHARE + COREFERENCE_SHARE:
@@ -196,14 +210,27 @@ class MinimalPair:
     wrong: str  # the corrupted prompt's: "sleep"
 
 
-def minimal_pairs(construction: str, n: int, seed: int = 0) -> list[MinimalPair]:
+def minimal_pairs(
+    construction: str, n: int, seed: int = 0, seen: Set[tuple[str, ...]] = frozenset()
+) -> list[MinimalPair]:
     """`n` minimal pairs of `construction` ("subject", "coreference" or "semantic"), drawn
     with `seed`: prompts of the grammar, the same length, that differ in one word (the
-    subject's number, the antecedent's number, the first adjective) and so in the answer."""
+    subject's number, the antecedent's number, the first adjective) and so in the answer.
+    A pair whose clean or corrupted prompt, followed by its answer, is in `seen` is skipped."""
     if construction not in CONSTRUCTIONS:
         raise ValueError(f"construction {construction!r}: one of {', '.join(CONSTRUCTIONS)}")
     rng = random.Random(seed)
-    return [CONSTRUCTIONS[construction](rng) for _ in range(n)]
+    pairs: list[MinimalPair] = []
+    for _ in range(100 * n):
+        if len(pairs) == n:
+            break
+        pair = CONSTRUCTIONS[construction](rng)
+        sentences = ((*pair.clean.split(), pair.answer), (*pair.corrupt.split(), pair.wrong))
+        if not any(words in seen for words in sentences):
+            pairs.append(pair)
+    if len(pairs) < n:
+        raise UserError(f"too few {construction} pairs are unseen in training: found {len(pairs)} of {n}")
+    return pairs
 
 
 def _subject_pair(rng: random.Random) -> MinimalPair:
@@ -240,10 +267,10 @@ def _coreference_pair(rng: random.Random) -> MinimalPair:
 def _semantic_pair(rng: random.Random) -> MinimalPair:
     """The first adjective decides the second: its antonym after "not", a synonym after "so"."""
     number, link = rng.choice(["sg", "pl"]), rng.choice(list(SEMANTIC))
-    first, second = rng.sample(
-        list(ANTONYMS), 2
-    )  # distinct first words give distinct answers: each relation is one-to-one
-    start = ["the", rng.choice(NOUNS[number]), COPULA[number]]
+    noun = rng.choice(NOUNS[number])
+    # Two first words never given to this noun in training; distinct, so their answers are too
+    first, second = rng.sample(held_out_adjectives(noun), 2)
+    start = [rng.choice(DETERMINERS[number]), noun, COPULA[number]]
     return MinimalPair(
         " ".join([*start, first, ",", link]),
         " ".join([*start, second, ",", link]),
@@ -310,6 +337,17 @@ class Sentences(LanguageModelTask):
                 "no sentence of the grammar has that many words (they have 3 to about 30)"
             )
         return Pairs.without_source(target[:made], lengths[:made])
+
+    @cached_property
+    def seen(self) -> frozenset[tuple[str, ...]]:
+        """Every beginning of a training sentence, as words: what `held_out_pairs` avoids."""
+        rows = zip(self.pool.target.tolist(), self.pool.target_len.tolist(), strict=True)
+        sentences = (self.vocab.decode(ids[1 : length - 1]) for ids, length in rows)  # without <bos>, <eos>
+        return frozenset(tuple(words[:k]) for words in sentences for k in range(1, len(words) + 1))
+
+    def held_out_pairs(self, construction: str, n: int, seed: int = 0) -> list[MinimalPair]:
+        """`minimal_pairs` that begin no training sentence, clean or corrupted, with their answers."""
+        return minimal_pairs(construction, n, seed, seen=self.seen)
 
     def alignments(self, source: list[int], target: list[int]) -> dict[str, list[tuple[int, int]]]:
         """ "subject": to predict a verb, read its subject (`verb_subjects`); "coreference": to
