@@ -26,8 +26,8 @@ from conftest import (
 
 from tinytf.checkpoint import load_checkpoint
 from tinytf.errors import UserError
+from tinytf.files import check_run_name
 from tinytf.runs import (
-    check_run_name,
     checkpoint_path,
     create_run_dir,
     exclusive_training,

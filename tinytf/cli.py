@@ -34,6 +34,7 @@ from tinytf.cli_options import (
     RunsDirOption,
     TableFormat,
 )
+from tinytf.cli_sweep import sweep_app
 from tinytf.errors import UserError
 from tinytf.experiment import describe_tasks, dump_checked_config, load_config
 from tinytf.files import read_regular_file
@@ -52,6 +53,7 @@ app = typer.Typer(
 )
 config_app = typer.Typer(cls=OneLineUsageErrors, help="Inspect and validate config files.", no_args_is_help=True)
 app.add_typer(config_app, name="config")
+app.add_typer(sweep_app, name="sweep")
 
 
 # --------------------------------------------------------------------------- train

@@ -24,11 +24,11 @@ from tinytf.distributed import Launch
 from tinytf.errors import UserError
 from tinytf.evaluate import evaluate, predict
 from tinytf.experiment import load_config, load_run_config
-from tinytf.files import atomic_writer
+from tinytf.files import atomic_writer, check_run_name
 from tinytf.heads import HeadReport, head_scores, render_text
 from tinytf.loggers import ProgressBarLogger
 from tinytf.patching import Attribution, PatchReport, attribute, patch, prompts_of
-from tinytf.runs import CONFIG_FILE, LoadedRun, check_data, check_run_name, checkpoint_path, resolve_run
+from tinytf.runs import CONFIG_FILE, LoadedRun, check_data, checkpoint_path, resolve_run
 from tinytf.tasks.base import Pairs
 from tinytf.tasks.sentences import CONSTRUCTIONS, MinimalPair
 from tinytf.training import TrainResult

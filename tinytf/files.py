@@ -128,3 +128,13 @@ def _check_status(path: str | Path, status: os.stat_result, max_bytes: int, what
         raise error(f"{path}: cannot read: not a regular file ({kind}); {what} must be a regular file")
     if status.st_size > max_bytes:
         raise error(f"{path}: cannot read: {status.st_size:,} bytes; {what} takes at most {max_bytes:,} bytes")
+
+
+def check_run_name(name: str, runs_dir: str | Path) -> None:
+    """A `UserError` unless `name` is one plain, visible folder name, so that the run stays
+    inside `runs_dir` and its name prints on one line as it is (no control characters)."""
+    if not name.strip() or name.startswith(".") or any(char in name for char in "/\\") or not name.isprintable():
+        raise UserError(
+            f"--name {name!r}: a run name is one folder name of visible characters, without '/', '\\', "
+            f"a leading '.' or control characters (the run goes inside {runs_dir})"
+        )

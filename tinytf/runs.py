@@ -33,7 +33,7 @@ from tinytf.checkpoint import CheckpointError, config_mismatch, load_checkpoint,
 from tinytf.config import Config
 from tinytf.errors import ConfigError, UserError
 from tinytf.experiment import check_unchanged, load_run_config, save_config
-from tinytf.files import write_bytes_atomically, write_text_atomically
+from tinytf.files import check_run_name, write_bytes_atomically, write_text_atomically
 from tinytf.framing import Framing, get_framing
 from tinytf.model import Transformer, build_model
 from tinytf.tasks import Task, get_task
@@ -93,16 +93,6 @@ def prepare_run_dir(
     lock.callback((run_dir / PID_FILE).unlink, missing_ok=True)
     save_config(config, run_dir / CONFIG_FILE)  # after a resume: the config it continues with
     return run_dir
-
-
-def check_run_name(name: str, runs_dir: str | Path) -> None:
-    """A `UserError` unless `name` is one plain, visible folder name, so that the run stays
-    inside `runs_dir` and its name prints on one line as it is (no control characters)."""
-    if not name.strip() or name.startswith(".") or any(char in name for char in "/\\") or not name.isprintable():
-        raise UserError(
-            f"--name {name!r}: a run name is one folder name of visible characters, without '/', '\\', "
-            f"a leading '.' or control characters (the run goes inside {runs_dir})"
-        )
 
 
 def create_run_dir(runs_dir: str | Path, name: str) -> Path:

@@ -1,0 +1,259 @@
+"""`tinytf sweep`: the sweep file, its study, its worker processes, and `sweep show`."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+import yaml
+from conftest import SUBPROCESS_ENV, assert_user_error, invoke, tiny_data, write_config
+
+from tinytf.sweep.study import STUDY_FILE
+
+
+def write_sweep(folder, name="grid", base_config=None, **keys):
+    """A sweep file in `folder` over the tiny config (written beside it as base.yaml):
+    by default a grid of 2 learning rates x 2 seeds, ranked by held-out loss."""
+    folder = Path(folder)
+    write_config(folder, base_config or tiny_data(), "base.yaml")
+    sweep = {
+        "base": "base.yaml",
+        "params": {"train.lr": {"choice": [0.001, 0.003]}},
+        "seeds": [0, 1],
+        "objective": {"metric": "val_loss"},
+        "sampler": "grid",
+    } | keys
+    path = folder / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(sweep))
+    return path
+
+
+def sweep_process(path, *args):
+    """`tinytf sweep PATH ARGS...` started in PATH's folder (one thread: see SUBPROCESS_ENV)."""
+    command = [sys.executable, "-m", "tinytf", "sweep", path.name, *map(str, args)]
+    return subprocess.Popen(command, cwd=path.parent, env=SUBPROCESS_ENV, stdout=subprocess.PIPE, text=True)
+
+
+def run_sweep(path, *args):
+    process = sweep_process(path, *args)
+    output, _ = process.communicate(timeout=300)
+    assert process.returncode == 0, output
+    return output
+
+
+def shown(folder):
+    result = invoke("sweep", "show", folder, "--format", "json")
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+def trials(folder):
+    storage = optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(folder / STUDY_FILE)))
+    return optuna.load_study(study_name=folder.name, storage=storage).get_trials()
+
+
+def run_folders(folder):
+    return sorted(path.name for path in folder.iterdir() if path.is_dir())
+
+
+@pytest.fixture(scope="module")
+def grid(tmp_path_factory):
+    """A 2-setting x 2-seed grid swept by 2 workers: the sweep's folder and what it printed."""
+    path = write_sweep(tmp_path_factory.mktemp("sweep"))
+    output = run_sweep(path, "--workers", 2)
+    return path.parent / "sweeps" / "grid", output
+
+
+def test_a_grid_on_two_workers_trains_each_setting_on_each_seed_and_ranks_the_settings(grid):
+    folder, output = grid
+    assert len(run_folders(folder)) == 4
+    assert {name.rsplit("-", 2)[0] for name in run_folders(folder)} == {
+        f"trial-00{trial}-seed-{seed}" for trial in (0, 1) for seed in (0, 1)
+    }
+    results = shown(folder)
+    assert [row["rank"] for row in results["settings"]] == [1, 2]
+    assert {row["params"]["train.lr"] for row in results["settings"]} == {0.001, 0.003}
+    for row in results["settings"]:
+        assert row["worst"] == row["value"] == max(row["seeds"].values())
+        # each seed's value is its run's best held-out loss
+        assert sorted(row["seeds"].values()) == sorted(best_val_loss(folder / run) for run in row["runs"])
+    assert results["settings"][0]["value"] <= results["settings"][1]["value"]
+    assert "results: tinytf sweep show" in output
+
+
+def best_val_loss(run_dir):
+    lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return min(line["loss"] for line in lines if line["split"] == "val")
+
+
+def test_running_a_finished_sweep_again_trains_nothing(grid):
+    folder, _ = grid
+    before = len(trials(folder))
+    output = run_sweep(folder.parent.parent / "grid.yaml")
+    assert "sweep grid: finished, 2 settings" in output
+    assert len(trials(folder)) == before and len(run_folders(folder)) == 4
+
+
+@pytest.mark.parametrize("format_", ["table", "csv"])
+def test_show_prints_each_setting_with_its_seeds(grid, format_):
+    folder, _ = grid
+    result = invoke("sweep", "show", folder, "--format", format_)
+    assert result.exit_code == 0, result.output
+    lines = result.stdout.splitlines()
+    header = next(line for line in lines if "seed 0" in line)
+    assert all(word in header for word in ("train.lr", "seed 1", "mean", "worst"))
+    assert sum("done" in line for line in lines) == 2
+
+
+def test_show_png_draws_the_objective_against_each_parameter(grid, tmp_path):
+    folder, _ = grid
+    result = invoke("sweep", "show", folder, "--format", "png", "--out", tmp_path / "sweep.png")
+    assert result.exit_code == 0, result.output
+    assert (tmp_path / "sweep.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def wait_for_a_run(folder, seconds=60):
+    """Wait until a trial's run has written a checkpoint (it is training)."""
+    deadline = time.monotonic() + seconds
+    while not any(folder.glob("trial-*/checkpoints/*.pt")):
+        assert time.monotonic() < deadline, "no trial started"
+        time.sleep(0.05)
+
+
+def long_base():
+    return tiny_data(train={"steps": 3000, "eval_every": 20, "checkpoint_every": 20})
+
+
+def test_a_killed_sweep_fails_its_cut_trial_and_retries_it_once(tmp_path):
+    path = write_sweep(tmp_path, base_config=long_base(), seeds=[0])
+    process = sweep_process(path)
+    wait_for_a_run(tmp_path / "sweeps" / "grid")
+    process.kill()
+    process.communicate()
+    folder = tmp_path / "sweeps" / "grid"
+    (cut,) = [trial for trial in trials(folder) if trial.state == optuna.trial.TrialState.RUNNING]
+    deadline = time.monotonic() + 10  # the worker follows its parent
+    while subprocess.run(["kill", "-0", str(cut.user_attrs["worker"]["pid"])], capture_output=True).returncode == 0:
+        assert time.monotonic() < deadline, "the worker outlived its sweep"
+        time.sleep(0.1)
+
+    write_config(tmp_path, tiny_data(), "base.yaml")  # the retry and the rest train briefly
+    output = run_sweep(path)
+    assert f"trying again the trials cut short: {cut.number}" in output
+    states = {trial.number: trial.state.name for trial in trials(folder)}
+    (retry,) = [trial for trial in trials(folder) if trial.user_attrs.get("retry_of") == cut.number]
+    assert states[cut.number] == "FAIL" and states[retry.number] == "COMPLETE" and retry.params == cut.params
+    settings = shown(folder)["settings"]
+    assert sorted(row["params"]["train.lr"] for row in settings) == [0.001, 0.003]
+    assert all(row["state"] == "done" for row in settings)
+    assert "finished" in run_sweep(path)
+
+
+def test_ctrl_c_saves_the_running_trials_and_the_next_sweep_retries_them(tmp_path):
+    path = write_sweep(tmp_path, base_config=long_base(), seeds=[0])
+    process = sweep_process(path, "--workers", 2)
+    folder = tmp_path / "sweeps" / "grid"
+    wait_for_a_run(folder)
+    process.send_signal(signal.SIGINT)
+    output, _ = process.communicate(timeout=60)
+    assert process.returncode == 130, output
+    assert "its runs are saved" in output
+    cut = [row for row in shown(folder)["settings"] if row["state"] == "cut short"]
+    assert cut and all(row["state"] in ("cut short", "done") for row in shown(folder)["settings"])
+    for run in folder.glob("trial-*"):  # every run saved where it stopped
+        assert (run / "checkpoints" / "last.pt").is_file()
+    write_config(tmp_path, tiny_data(), "base.yaml")
+    run_sweep(path)
+    assert all(row["state"] == "done" for row in shown(folder)["settings"])
+
+
+def test_two_sweeps_sharing_one_study_split_its_settings(tmp_path):
+    lrs = [0.001, 0.002, 0.003, 0.005]
+    path = write_sweep(tmp_path, params={"train.lr": {"choice": lrs}}, seeds=[0])
+    first, second = sweep_process(path), sweep_process(path)
+    for process in (first, second):
+        output, _ = process.communicate(timeout=300)
+        assert process.returncode == 0, output
+    folder = tmp_path / "sweeps" / "grid"
+    trained = [t for t in trials(folder) if "surplus" not in t.user_attrs]
+    assert sorted(t.params["train.lr"] for t in trained) == lrs
+    assert len(run_folders(folder)) == 4
+
+
+def test_the_median_pruner_stops_a_trial_worse_than_the_others_and_says_so(tmp_path, capsys):
+    from tinytf.sweep.spec import load_sweep
+    from tinytf.sweep.worker import Job, objective
+
+    base = tiny_data(train={"steps": 60, "eval_every": 10})
+    path = write_sweep(tmp_path, base_config=base, params={"train.lr": {"choice": [1e-6]}}, seeds=[0, 1])
+    sweep, base_path, _ = load_sweep(path)
+    sweep = sweep.model_copy(update={"pruner": "median", "sampler": "random", "trials": 10})
+    job = Job(sweep, base_path, "pruned", tmp_path / "sweeps" / "pruned", None, 1)
+    study = optuna.create_study(pruner=optuna.pruners.MedianPruner())
+    for _ in range(5):  # five settings whose held-out loss was 0.1 at every evaluation
+        study.add_trial(
+            optuna.trial.create_trial(value=0.1, intermediate_values={step: 0.1 for step in range(10, 61, 10)})
+        )
+    study.optimize(lambda trial: objective(trial, job, study), n_trials=1)
+    (pruned,) = study.get_trials(states=(optuna.trial.TrialState.PRUNED,))
+    assert list(pruned.intermediate_values) == [10]  # stopped at its first evaluation, on its first seed
+    assert "pruned at step 10: val loss" in capsys.readouterr().out
+    assert len(list(job.folder.iterdir())) == 1
+
+
+BAD_SWEEPS = [
+    ({"colour": "red"}, "line 2: colour: unknown key (allowed: base, params"),
+    ({"params": {"train.lr": {"float": [0.1, 0.01]}}}, "params.train.lr: [0.1, 0.01]: low must not exceed high"),
+    ({"params": {"train.lr": {"choice": [1, 2], "int": [1, 2]}}}, "give one of float"),
+    ({"params": {"model.d_modle": {"choice": [16]}}}, "params: --set model.d_modle=16"),
+    ({"params": {"model.d_model": {"choice": [16, 17]}}}, "params: --set model.d_model=17"),
+    ({"params": {"train.lr": {"float": [0.001, 0.01]}}}, "params.train.lr: sampler grid needs choice"),
+    ({"sampler": "tpe"}, "sampler tpe: give trials"),
+    ({"objective": {"metric": "time_to_target"}}, "needs train.stop_at_accuracy"),
+    ({"objective": {"metric": "speed"}}, "objective.metric: Input should be"),
+    ({"seeds": [1, 1]}, "seeds: each seed once"),
+    ({"base": "missing.yaml"}, "missing.yaml"),
+]
+
+
+@pytest.mark.parametrize(("keys", "message"), BAD_SWEEPS)
+def test_a_bad_sweep_file_is_one_line_naming_the_file(tmp_path, keys, message):
+    path = write_sweep(tmp_path, **keys)
+    result = invoke("sweep", path, "--runs-dir", tmp_path / "sweeps")
+    assert_user_error(result, message)
+    assert str(path) in result.stderr and not (tmp_path / "sweeps").exists()
+
+
+def test_yaml_the_sweep_file_may_not_hold_is_one_line(tmp_path):
+    path = tmp_path / "alias.yaml"
+    path.write_text("base: &b base.yaml\nother: *b\n")
+    assert_user_error(invoke("sweep", path), "anchors and aliases are not supported")
+    path.write_text("- a list\n")
+    assert_user_error(invoke("sweep", path), "expected a mapping")
+
+
+def test_a_sweep_continued_with_other_params_is_refused(grid, tmp_path):
+    folder, _ = grid
+    path = write_sweep(tmp_path, seeds=[0, 1, 2])
+    result = invoke("sweep", path, "--runs-dir", folder.parent)
+    assert_user_error(result, "the sweep 'grid' was started with other seeds")
+    assert_user_error(invoke("sweep", path, "--trials", 3), "--trials: sampler grid trains every setting")
+
+
+def test_show_names_what_is_not_a_sweep(tmp_path):
+    assert_user_error(invoke("sweep", "show", tmp_path), "no sweep there")
+    assert_user_error(invoke("sweep", "show", "nothing", "--runs-dir", tmp_path), "no sweep there")
+
+
+def test_one_thread_each_when_the_workers_share_the_cores(monkeypatch):
+    from tinytf.sweep.launch import available_cores
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    assert available_cores() == 3
+    monkeypatch.delenv("OMP_NUM_THREADS")
+    assert available_cores() == len(os.sched_getaffinity(0))

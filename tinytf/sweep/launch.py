@@ -1,0 +1,107 @@
+"""`tinytf sweep`: open (or continue) a sweep's study and run its worker processes.
+
+The parent process checks the sweep file, opens the study, fails the trials that killed
+processes of this host left running and queues their retries, then starts `--workers`
+processes (`tinytf.sweep.worker`) with the cores divided among them and waits. Workers
+run in their own process group: Ctrl-C reaches the parent alone, which forwards one
+SIGINT to each, so that each saves its run once.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import optuna
+
+from tinytf.errors import UserError
+from tinytf.files import check_run_name
+from tinytf.sweep.spec import Job, load_sweep
+from tinytf.sweep.study import open_study, retry_cut_short, settings_of, storage_for
+
+
+def available_cores() -> int:
+    """The cores the workers share: OMP_NUM_THREADS if set (a limit the user chose), else this process's."""
+    if os.environ.get("OMP_NUM_THREADS", "").isdigit() and int(os.environ["OMP_NUM_THREADS"]) > 0:
+        return int(os.environ["OMP_NUM_THREADS"])
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+@dataclass
+class Outcome:
+    folder: Path
+    finished: bool  # every setting is done (or failed for good)
+    ran: bool  # workers were started: the sweep was not finished already
+    interrupted: bool
+    retried: list[int]  # trials cut short earlier, tried again this time
+
+
+def run_sweep(
+    path: Path,
+    *,
+    workers: int = 1,
+    trials: int | None = None,
+    storage: str | None = None,
+    name: str | None = None,
+    runs_dir: Path = Path("sweeps"),
+    say=print,
+) -> Outcome:
+    """Run the sweep file at `path` until every setting is trained (see the module)."""
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    sweep, base, _ = load_sweep(path)
+    if trials is not None:
+        if sweep.sampler == "grid":
+            raise UserError(f"--trials: sampler grid trains every setting of its grid ({sweep.budget})")
+        sweep = sweep.model_copy(update={"trials": trials})
+    name = name or path.stem
+    check_run_name(name, runs_dir)
+    folder = runs_dir / name
+    study = open_study(sweep, name, storage_for(folder, storage))
+    retried = retry_cut_short(study)
+    if retried:
+        say(f"trying again the trials cut short: {', '.join(map(str, retried))}")
+    done = [s for s in settings_of(study) if s.state in ("done", "pruned", "failed")]
+    if len(done) >= sweep.budget:
+        say(f"sweep {name}: finished, {len(done)} settings; see them with: tinytf sweep show {folder}")
+        return Outcome(folder, True, False, False, retried)
+    threads = max(1, available_cores() // workers)
+    say(
+        f"sweep {name}: {sweep.budget} settings x {len(sweep.seeds)} seeds ({len(done)} done), "
+        f"{workers} worker(s) of {threads} thread(s), runs in {folder}"
+    )
+    job = Job(sweep, base.resolve(), name, folder, storage, threads)
+    interrupted = _run_workers(job, workers)
+    finished = sum(s.state in ("done", "pruned", "failed") for s in settings_of(study)) >= sweep.budget
+    return Outcome(folder, finished, True, interrupted, retried)
+
+
+def _run_workers(job: Job, workers: int) -> bool:
+    """Start the workers and wait for them; True if Ctrl-C stopped them."""
+    env = {**os.environ, "OMP_NUM_THREADS": str(job.threads), "MKL_NUM_THREADS": str(job.threads)}
+    command = [sys.executable, "-m", "tinytf.sweep.worker", job.to_json(), str(os.getpid())]
+    processes = [subprocess.Popen(command, env=env, start_new_session=True) for _ in range(workers)]
+    interrupted = False
+    try:
+        for process in processes:
+            process.wait()
+    except KeyboardInterrupt:
+        interrupted = True
+        for process in processes:
+            if process.poll() is None:
+                process.send_signal(signal.SIGINT)  # once: a second would stop a run before it saves
+        for process in processes:
+            _wait_through_interrupts(process)
+    return interrupted or any(process.returncode == 130 for process in processes)
+
+
+def _wait_through_interrupts(process: subprocess.Popen) -> None:
+    while True:
+        try:
+            process.wait()
+            return
+        except KeyboardInterrupt:  # another Ctrl-C: the workers are already saving
+            continue

@@ -1,0 +1,196 @@
+"""`tinytf sweep show`: a sweep's settings ranked by its objective, as a table, JSON, CSV
+or a figure of the objective against each parameter."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import math
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import optuna
+
+from tinytf.errors import UserError
+from tinytf.sweep.spec import Sweep
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+from tinytf.sweep.study import STUDY_FILE, Setting, saved_sweep, settings_of, storage_for
+
+ORDER = {"done": 0, "pruned": 1, "running": 2, "waiting": 3, "cut short": 4, "failed": 5}
+
+
+@dataclass
+class Row:
+    """One setting of the sweep, as `sweep show` reports it."""
+
+    rank: int | None  # among the settings done, best first
+    trial: int  # the trial that gave the result (a retry's own number)
+    state: str
+    params: dict
+    value: float | None  # the objective over the seeds
+    seeds: dict[int, float]  # seed -> the metric of its run
+    mean: float | None
+    worst: float | None
+    seconds: float  # training time, all seeds
+    runs: list[str]  # run folders, in the sweep's folder
+    note: str  # why it failed or was pruned
+
+    def to_json(self) -> dict:
+        def number(x: float | None) -> float | None:
+            return None if x is None or not math.isfinite(x) else x
+
+        seeds = {str(seed): number(value) for seed, value in self.seeds.items()}
+        numbers = {key: number(getattr(self, key)) for key in ("value", "mean", "worst")}
+        return {**self.__dict__, **numbers, "seeds": seeds}
+
+
+@dataclass
+class Results:
+    name: str
+    folder: Path | None
+    sweep: Sweep
+    rows: list[Row]
+
+
+def load_results(sweep: str, *, storage: str | None = None, runs_dir: Path = Path("sweeps")) -> Results:
+    """The sweep named `sweep` (a folder, or a name under `runs_dir`), read from its storage."""
+    folder = Path(sweep) if (Path(sweep) / STUDY_FILE).is_file() else runs_dir / sweep
+    name = folder.name
+    if storage is None and not (folder / STUDY_FILE).is_file():
+        raise UserError(
+            f"{sweep}: no sweep there (a sweep's folder holds {STUDY_FILE}); start one with tinytf sweep FILE"
+        )
+    store = storage_for(folder, storage)
+    if name not in optuna.study.get_all_study_names(store):
+        raise UserError(f"{storage or folder}: no sweep named {name!r} there")
+    study = optuna.load_study(study_name=name, storage=store)
+    spec = saved_sweep(study)
+    rows = [_row(setting, spec) for setting in settings_of(study)]
+    done = sorted(
+        (r for r in rows if r.state == "done"), key=lambda r: r.value if spec.objective.minimize else -r.value
+    )
+    for rank, row in enumerate(done, 1):
+        row.rank = rank
+    rows.sort(key=lambda r: (ORDER[r.state], r.rank or 0, r.trial))
+    return Results(name, folder, spec, rows)
+
+
+def _row(setting: Setting, spec: Sweep) -> Row:
+    trial = setting.latest
+    entries = trial.user_attrs.get("seeds", [])
+    seeds = {entry["seed"]: entry["value"] for entry in entries}
+    values = list(seeds.values())
+    worst = (max if spec.objective.minimize else min)(values) if values else None
+    note = trial.user_attrs.get("error", "")
+    if setting.state == "pruned":
+        note = f"pruned after {len(values)} of {len(spec.seeds)} seeds"
+    return Row(
+        rank=None,
+        trial=trial.number,
+        state=setting.state,
+        params=dict(setting.first.params),
+        value=trial.value if trial.state == optuna.trial.TrialState.COMPLETE else None,
+        seeds=seeds,
+        mean=statistics.fmean(values) if values else None,
+        worst=worst,
+        seconds=round(sum(entry.get("seconds", 0.0) for entry in entries), 1),
+        runs=[entry["run"] for entry in entries],
+        note=note,
+    )
+
+
+def results_text(results: Results, output_format: str) -> str:
+    """What `sweep show` prints: the table, JSON or CSV."""
+    if output_format == "json":
+        return json.dumps(_json(results), indent=1) + "\n"
+    return _csv(results) if output_format == "csv" else _table(results)
+
+
+def _json(results: Results) -> dict:
+    objective = results.sweep.objective
+    return {
+        "name": results.name,
+        "metric": objective.metric,
+        "direction": "minimize" if objective.minimize else "maximize",
+        "over_seeds": objective.over_seeds,
+        "seeds": list(results.sweep.seeds),
+        "settings": [row.to_json() for row in results.rows],
+    }
+
+
+def _csv(results: Results) -> str:
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    keys, seeds = list(results.sweep.params), results.sweep.seeds
+    seed_columns = [f"seed {seed}" for seed in seeds]
+    writer.writerow(
+        ["rank", "trial", "state", *keys, "value", *seed_columns, "mean", "worst", "seconds", "runs", "note"]
+    )
+    for row in results.rows:
+        cells = [row.rank, row.trial, row.state, *(row.params.get(key) for key in keys), row.value]
+        cells += [row.seeds.get(seed) for seed in seeds] + [
+            row.mean,
+            row.worst,
+            row.seconds,
+            " ".join(row.runs),
+            row.note,
+        ]
+        writer.writerow(cells)
+    return buffer.getvalue()
+
+
+def _cell(value: object, metric: str = "") -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        if math.isinf(value):
+            return "never" if metric.endswith("_to_target") else str(value)
+        return f"{value:.4g}"
+    return str(value)
+
+
+def _table(results: Results) -> str:
+    metric, keys, seeds = results.sweep.objective.metric, list(results.sweep.params), results.sweep.seeds
+    header = ["rank", "trial", *keys, metric, *(f"seed {s}" for s in seeds), "mean", "worst", "seconds", "state"]
+    lines = [header]
+    for row in results.rows:
+        lines.append(
+            [_cell(row.rank), str(row.trial), *(_cell(row.params.get(k)) for k in keys), _cell(row.value, metric)]
+            + [_cell(row.seeds.get(s), metric) for s in seeds]
+            + [_cell(row.mean, metric), _cell(row.worst, metric), _cell(row.seconds), row.state]
+        )
+    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
+    text = "\n".join("  ".join(cell.rjust(w) for cell, w in zip(line, widths, strict=True)) for line in lines)
+    direction = "lower" if results.sweep.objective.minimize else "higher"
+    title = f"sweep {results.name}: {metric}, {results.sweep.objective.over_seeds} over seeds, {direction} is better"
+    runs = f"run folders: {results.folder}/trial-NNN-seed-S-*" if results.folder else ""
+    return "\n".join(filter(None, [title, text, runs])) + "\n"
+
+
+def sweep_figure(results: Results) -> Figure:
+    """A sweep's objective against each parameter: a dot per seed's run, a ring per setting
+    (its objective over the seeds); a log axis for a log-spaced parameter. Runs that never
+    reached the target (infinite) are left out."""
+    from matplotlib.figure import Figure
+
+    keys = list(results.sweep.params)
+    figure = Figure(figsize=(4 * len(keys), 3.2), layout="constrained")
+    metric = results.sweep.objective.metric
+    for ax, key in zip(figure.subplots(1, len(keys), squeeze=False)[0], keys, strict=True):
+        for row in results.rows:
+            x = row.params.get(key)
+            seeds = [v for v in row.seeds.values() if math.isfinite(v)]
+            ax.scatter([x] * len(seeds), seeds, s=10, color="tab:blue", alpha=0.4)
+            if row.value is not None and math.isfinite(row.value):
+                ax.scatter([x], [row.value], s=60, facecolors="none", edgecolors="tab:red")
+        if results.sweep.params[key].log:
+            ax.set_xscale("log")
+        ax.set_xlabel(key)
+        ax.set_ylabel(metric)
+    figure.suptitle(f"sweep {results.name}: {metric} ({results.sweep.objective.over_seeds} over seeds, rings)")
+    return figure

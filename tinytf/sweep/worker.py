@@ -1,0 +1,167 @@
+"""A sweep's worker process: takes settings from the study one at a time and trains each
+on every seed, in run folders under the sweep's folder, until none is left.
+
+    python -m tinytf.sweep.worker JOB    # JOB: the JSON that `tinytf.sweep.launch` writes
+
+It stops when its parent (the `tinytf sweep` process) is gone, so that a killed sweep
+leaves no training behind; Ctrl-C, which the parent forwards, saves the running run and
+closes the trial as cut short, for the next `tinytf sweep` to retry.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import statistics
+import sys
+import threading
+import time
+
+import optuna
+
+from tinytf.errors import UserError
+from tinytf.experiment import load_config
+from tinytf.loggers import NullLogger
+from tinytf.sweep.spec import Job, Param, overrides
+from tinytf.sweep.study import HOST, describe_setting, has_work, is_surplus, pruner_for, sampler_for, storage_for
+from tinytf.training import TrainingDiverged, train
+
+PARENT_CHECK_S = 0.5  # how often a worker looks for its parent
+
+
+class Skipped(Exception):
+    """A trial closed without training: surplus, or a setting that makes no valid config."""
+
+
+class CutShort(Exception):
+    """Ctrl-C stopped the trial's training; its run is saved, the trial is retried next time."""
+
+
+class TargetWatch(NullLogger):
+    """Notes when the held-out exact match first reaches the target, and reports the
+    objective's progress to Optuna for the pruner (a pruned trial stops here)."""
+
+    def __init__(self, trial: optuna.Trial, job: Job, target: float | None, offset: int) -> None:
+        self.trial, self.job, self.target, self.offset = trial, job, target, offset
+        self.started = time.perf_counter()
+        self.seconds: float | None = None
+        self.step_reached: int | None = None
+
+    def metrics(self, step: int, split: str, values: dict[str, float]) -> None:
+        if split != "val":
+            return
+        if self.step_reached is None and self.target is not None and values["seq_acc"] >= self.target:
+            self.seconds, self.step_reached = time.perf_counter() - self.started, step
+        if self.job.sweep.pruner == "none":
+            return
+        metric = self.job.sweep.objective.metric
+        watched = "loss" if metric.endswith("_to_target") else metric.removeprefix("val_")
+        self.trial.report(values[watched], self.offset + step)
+        if self.trial.should_prune():
+            raise optuna.TrialPruned(
+                f"pruned at step {step}: val {watched} {values[watched]:.4g}, worse than the median"
+            )
+
+
+def suggest(trial: optuna.Trial, key: str, param: Param):
+    if param.choice is not None:
+        return trial.suggest_categorical(key, list(param.choice))
+    if param.int_ is not None:
+        return trial.suggest_int(key, *param.int_, step=param.step or 1, log=param.log)
+    return trial.suggest_float(key, *param.float_, log=param.log)  # type: ignore[misc]
+
+
+def train_seed(trial: optuna.Trial, job: Job, setting: dict, seed: int, index: int) -> dict:
+    """One seed of a setting: its run, and the objective's metric of it (inf or -inf when
+    it never reached the target or diverged: the worst value)."""
+    metric, worst = job.sweep.objective.metric, math.inf if job.sweep.objective.minimize else -math.inf
+    try:
+        config = load_config(job.base, overrides(setting, seed))
+    except UserError as err:
+        trial.set_user_attr("error", str(err))
+        raise Skipped(str(err)) from None
+    watch = TargetWatch(trial, job, config.train.stop_at_accuracy, index * (config.train.steps + 1))
+    name = f"trial-{trial.number:03d}-seed-{seed}"
+    try:
+        result = train(config, runs_dir=job.folder, name=name, loggers=[watch])
+    except TrainingDiverged as err:
+        return {"seed": seed, "run": name, "value": worst, "diverged": str(err)}
+    if result.interrupted:
+        raise CutShort
+    value = {
+        "time_to_target": watch.seconds,
+        "steps_to_target": watch.step_reached,
+        **{f"val_{key}": result.best.get(key) for key in ("loss", "seq_acc", "token_acc")},
+    }[metric]
+    seconds = round(time.perf_counter() - watch.started, 3)
+    value = worst if value is None else value
+    return {"seed": seed, "run": result.run_dir.name, "value": value, "step": result.step, "seconds": seconds}
+
+
+def objective(trial: optuna.Trial, job: Job, study: optuna.Study) -> float:
+    """Train the trial's setting on every seed; the objective over the seeds."""
+    trial.set_user_attr("worker", {"host": HOST, "pid": os.getpid()})
+    if is_surplus(study, trial, job.sweep.budget):
+        trial.set_user_attr("surplus", True)
+        raise Skipped("every setting is taken")
+    setting = {key: suggest(trial, key, param) for key, param in job.sweep.params.items()}
+    said = f"trial {trial.number} ({describe_setting(setting)})"
+    seeds = []
+    try:
+        for index, seed in enumerate(job.sweep.seeds):
+            seeds.append(train_seed(trial, job, setting, seed, index))
+            trial.set_user_attr("seeds", seeds)
+    except (Skipped, optuna.TrialPruned) as err:
+        print(f"{said}: {'' if isinstance(err, optuna.TrialPruned) else 'not trained: '}{err}", flush=True)
+        raise
+    except CutShort:
+        print(f"{said}: stopped; its runs are saved, and the next `tinytf sweep` tries it again", flush=True)
+        raise
+    values = [entry["value"] for entry in seeds]
+    objective = job.sweep.objective
+    value = statistics.fmean(values) if objective.over_seeds == "mean" else (max if objective.minimize else min)(values)
+    print(f"{said}: {objective.metric} {value:.4g} ({objective.over_seeds} of {len(values)} seeds)", flush=True)
+    return value
+
+
+def watch_parent(parent: int) -> None:
+    """End this process at once if its parent goes (a killed sweep leaves no worker behind)."""
+
+    def check() -> None:
+        while os.getppid() == parent:
+            time.sleep(PARENT_CHECK_S)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    threading.Thread(target=check, daemon=True).start()
+
+
+def main(argv: list[str]) -> int:
+    job = Job.from_json(argv[0])
+    watch_parent(int(argv[1]))
+    import torch
+
+    torch.set_num_threads(job.threads)
+    optuna.logging.set_verbosity(optuna.logging.ERROR)  # it would log a caught exception with its traceback
+    storage = storage_for(job.folder, job.storage)
+    sampler, pruner = sampler_for(job.sweep), pruner_for(job.sweep)
+    study = optuna.load_study(study_name=job.name, storage=storage, sampler=sampler, pruner=pruner)
+    cut = []
+
+    def run(trial: optuna.Trial) -> float:
+        try:
+            return objective(trial, job, study)
+        except CutShort:
+            cut.append(trial.number)
+            raise
+
+    try:
+        while not cut and has_work(study, job.sweep.budget):
+            study.optimize(run, n_trials=1, catch=(Skipped, CutShort))
+    except KeyboardInterrupt:  # Ctrl-C between two runs: Optuna has closed the trial as failed
+        return 130
+    return 130 if cut else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
