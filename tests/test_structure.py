@@ -110,6 +110,8 @@ FAST_COMMANDS = [
     ["--help"],
     *[[command, "--help"] for command in ("train", "attend", "predict", "eval", "tasks", "board")],
     ["config", "show", "--help"],
+    ["sweep", "--help"],
+    ["sweep", "show", "--help"],
     ["config", "show", "configs/quickstart.yaml"],
     ["config", "show", "configs/add-decoder.yaml", "--set", "task.digits=4"],
     ["config", "show", "configs/sort-decoder.yaml", "--set", "task.digits=4"],  # an error: still no torch

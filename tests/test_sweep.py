@@ -11,7 +11,7 @@ from pathlib import Path
 import optuna
 import pytest
 import yaml
-from conftest import SUBPROCESS_ENV, assert_user_error, invoke, tiny_data, write_config
+from conftest import ROOT, SUBPROCESS_ENV, assert_user_error, invoke, tiny_data, write_config
 
 from tinytf.sweep.study import STUDY_FILE
 
@@ -61,29 +61,26 @@ def run_folders(folder):
     return sorted(path.name for path in folder.iterdir() if path.is_dir())
 
 
-@pytest.fixture(scope="module")
-def grid(tmp_path_factory):
-    """A 2-setting x 2-seed grid swept by 2 workers: the sweep's folder and what it printed."""
-    path = write_sweep(tmp_path_factory.mktemp("sweep"))
+def test_a_grid_on_two_workers_trains_each_setting_on_each_seed_once_and_ranks_the_settings(tmp_path):
+    path = write_sweep(tmp_path)
     output = run_sweep(path, "--workers", 2)
-    return path.parent / "sweeps" / "grid", output
-
-
-def test_a_grid_on_two_workers_trains_each_setting_on_each_seed_and_ranks_the_settings(grid):
-    folder, output = grid
-    assert len(run_folders(folder)) == 4
+    folder = tmp_path / "sweeps" / "grid"
     assert {name.rsplit("-", 2)[0] for name in run_folders(folder)} == {
         f"trial-00{trial}-seed-{seed}" for trial in (0, 1) for seed in (0, 1)
     }
+    assert len(run_folders(folder)) == 4 and "results: tinytf sweep show" in output
     results = shown(folder)
     assert [row["rank"] for row in results["settings"]] == [1, 2]
     assert {row["params"]["train.lr"] for row in results["settings"]} == {0.001, 0.003}
+    assert results["settings"][0]["value"] <= results["settings"][1]["value"]
     for row in results["settings"]:
         assert row["worst"] == row["value"] == max(row["seeds"].values())
         # each seed's value is its run's best held-out loss
         assert sorted(row["seeds"].values()) == sorted(best_val_loss(folder / run) for run in row["runs"])
-    assert results["settings"][0]["value"] <= results["settings"][1]["value"]
-    assert "results: tinytf sweep show" in output
+
+    before = len(trials(folder))  # again: it is finished, and trains nothing
+    assert "sweep grid: finished, 2 settings" in run_sweep(path)
+    assert len(trials(folder)) == before and len(run_folders(folder)) == 4
 
 
 def best_val_loss(run_dir):
@@ -91,17 +88,25 @@ def best_val_loss(run_dir):
     return min(line["loss"] for line in lines if line["split"] == "val")
 
 
-def test_running_a_finished_sweep_again_trains_nothing(grid):
-    folder, _ = grid
-    before = len(trials(folder))
-    output = run_sweep(folder.parent.parent / "grid.yaml")
-    assert "sweep grid: finished, 2 settings" in output
-    assert len(trials(folder)) == before and len(run_folders(folder)) == 4
+@pytest.fixture(scope="module")
+def grid(tmp_path_factory):
+    """The folder of a 2-setting x 2-seed grid, swept in this process (`sweep show` reads it)."""
+    from tinytf.sweep.spec import Job, load_sweep
+    from tinytf.sweep.study import open_study, storage_for
+    from tinytf.sweep.worker import objective
+
+    path = write_sweep(tmp_path_factory.mktemp("sweep"))
+    sweep, base, _ = load_sweep(path)
+    folder = path.parent / "sweeps" / "grid"
+    study = open_study(sweep, "grid", storage_for(folder, None))
+    job = Job(sweep, base, "grid", folder, None, 1)
+    study.optimize(lambda trial: objective(trial, job, study), n_trials=2)
+    return folder
 
 
 @pytest.mark.parametrize("format_", ["table", "csv"])
 def test_show_prints_each_setting_with_its_seeds(grid, format_):
-    folder, _ = grid
+    folder = grid
     result = invoke("sweep", "show", folder, "--format", format_)
     assert result.exit_code == 0, result.output
     lines = result.stdout.splitlines()
@@ -111,7 +116,7 @@ def test_show_prints_each_setting_with_its_seeds(grid, format_):
 
 
 def test_show_png_draws_the_objective_against_each_parameter(grid, tmp_path):
-    folder, _ = grid
+    folder = grid
     result = invoke("sweep", "show", folder, "--format", "png", "--out", tmp_path / "sweep.png")
     assert result.exit_code == 0, result.output
     assert (tmp_path / "sweep.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -151,7 +156,6 @@ def test_a_killed_sweep_fails_its_cut_trial_and_retries_it_once(tmp_path):
     settings = shown(folder)["settings"]
     assert sorted(row["params"]["train.lr"] for row in settings) == [0.001, 0.003]
     assert all(row["state"] == "done" for row in settings)
-    assert "finished" in run_sweep(path)
 
 
 def test_ctrl_c_saves_the_running_trials_and_the_next_sweep_retries_them(tmp_path):
@@ -238,11 +242,11 @@ def test_yaml_the_sweep_file_may_not_hold_is_one_line(tmp_path):
 
 
 def test_a_sweep_continued_with_other_params_is_refused(grid, tmp_path):
-    folder, _ = grid
+    folder = grid
     path = write_sweep(tmp_path, seeds=[0, 1, 2])
     result = invoke("sweep", path, "--runs-dir", folder.parent)
     assert_user_error(result, "the sweep 'grid' was started with other seeds")
-    assert_user_error(invoke("sweep", path, "--trials", 3), "--trials: sampler grid trains every setting")
+    assert_user_error(invoke("sweep", path, "--trials", 3), "--trials: this sweep trains every setting of its grid")
 
 
 def test_show_names_what_is_not_a_sweep(tmp_path):
@@ -257,3 +261,27 @@ def test_one_thread_each_when_the_workers_share_the_cores(monkeypatch):
     assert available_cores() == 3
     monkeypatch.delenv("OMP_NUM_THREADS")
     assert available_cores() == len(os.sched_getaffinity(0))
+
+
+def test_a_sweep_without_params_trains_the_base_config_on_each_seed(tmp_path):
+    from tinytf.sweep.spec import Job, load_sweep
+    from tinytf.sweep.study import open_study, storage_for
+    from tinytf.sweep.worker import objective
+
+    path = write_sweep(tmp_path, params={}, seeds=[3, 4], sampler="tpe")
+    sweep, base, _ = load_sweep(path)
+    assert sweep.budget == 1 and sweep.is_grid
+    folder = tmp_path / "sweeps" / "grid"
+    study = open_study(sweep, "grid", storage_for(folder, None))
+    study.optimize(lambda trial: objective(trial, Job(sweep, base, "grid", folder, None, 1), study), n_trials=1)
+    (row,) = shown(folder)["settings"]
+    assert row["params"] == {} and set(row["seeds"]) == {"3", "4"} and row["rank"] == 1
+
+
+@pytest.mark.parametrize("example", sorted((ROOT / "sweeps").glob("*.yaml")), ids=lambda path: path.name)
+def test_the_example_sweeps_are_valid_from_any_folder(example, monkeypatch, tmp_path):
+    from tinytf.sweep.spec import load_sweep
+
+    monkeypatch.chdir(tmp_path)
+    sweep, base, config = load_sweep(example)
+    assert base.is_file() and config.train.stop_at_accuracy is not None and sweep.budget >= 1

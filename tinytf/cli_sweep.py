@@ -63,6 +63,9 @@ def run(
     outcome = run_sweep(
         sweep_file, workers=workers, trials=trials, storage=storage, name=name, runs_dir=runs_dir, say=typer.echo
     )
+    if outcome.failed_workers:
+        typer.echo(f"error: {outcome.failed_workers} worker process(es) failed: see above", err=True)
+        raise typer.Exit(1)
     if outcome.interrupted:
         typer.echo("interrupted: the finished settings are kept; run the same command to continue", err=True)
         raise typer.Exit(EXIT_INTERRUPTED)

@@ -20,7 +20,7 @@ import optuna
 
 from tinytf.errors import UserError
 from tinytf.files import check_run_name
-from tinytf.sweep.spec import Job, load_sweep
+from tinytf.sweep.spec import EXIT_INTERRUPTED, Job, load_sweep
 from tinytf.sweep.study import open_study, retry_cut_short, settings_of, storage_for
 
 
@@ -38,6 +38,7 @@ class Outcome:
     ran: bool  # workers were started: the sweep was not finished already
     interrupted: bool
     retried: list[int]  # trials cut short earlier, tried again this time
+    failed_workers: int = 0  # worker processes that ended with an error (a bug: they print its traceback)
 
 
 def run_sweep(
@@ -54,8 +55,8 @@ def run_sweep(
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     sweep, base, _ = load_sweep(path)
     if trials is not None:
-        if sweep.sampler == "grid":
-            raise UserError(f"--trials: sampler grid trains every setting of its grid ({sweep.budget})")
+        if sweep.is_grid:
+            raise UserError(f"--trials: this sweep trains every setting of its grid ({sweep.budget})")
         sweep = sweep.model_copy(update={"trials": trials})
     name = name or path.stem
     check_run_name(name, runs_dir)
@@ -74,28 +75,28 @@ def run_sweep(
         f"{workers} worker(s) of {threads} thread(s), runs in {folder}"
     )
     job = Job(sweep, base.resolve(), name, folder, storage, threads)
-    interrupted = _run_workers(job, workers)
+    codes = _run_workers(job, workers)
     finished = sum(s.state in ("done", "pruned", "failed") for s in settings_of(study)) >= sweep.budget
-    return Outcome(folder, finished, True, interrupted, retried)
+    failed = sum(code not in (0, EXIT_INTERRUPTED) for code in codes)
+    return Outcome(folder, finished, True, EXIT_INTERRUPTED in codes, retried, failed)
 
 
-def _run_workers(job: Job, workers: int) -> bool:
-    """Start the workers and wait for them; True if Ctrl-C stopped them."""
+def _run_workers(job: Job, workers: int) -> list[int]:
+    """Start the workers and wait for them; their exit codes (EXIT_INTERRUPTED after Ctrl-C)."""
     env = {**os.environ, "OMP_NUM_THREADS": str(job.threads), "MKL_NUM_THREADS": str(job.threads)}
     command = [sys.executable, "-m", "tinytf.sweep.worker", job.to_json(), str(os.getpid())]
     processes = [subprocess.Popen(command, env=env, start_new_session=True) for _ in range(workers)]
-    interrupted = False
     try:
         for process in processes:
             process.wait()
     except KeyboardInterrupt:
-        interrupted = True
         for process in processes:
             if process.poll() is None:
                 process.send_signal(signal.SIGINT)  # once: a second would stop a run before it saves
         for process in processes:
             _wait_through_interrupts(process)
-    return interrupted or any(process.returncode == 130 for process in processes)
+        return [EXIT_INTERRUPTED, *(process.returncode for process in processes)]
+    return [process.returncode for process in processes]
 
 
 def _wait_through_interrupts(process: subprocess.Popen) -> None:

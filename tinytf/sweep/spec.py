@@ -1,6 +1,6 @@
 """The sweep file: a base config, the keys to vary and how, the seeds, the objective.
 
-    base: configs/sort-decoder.yaml       # a config, relative to the current folder or the sweep file
+    base: ../configs/sort-decoder.yaml    # a config, relative to the sweep file (or the current folder)
     params:                               # dotted config keys
       train.lr: {float: [1.0e-4, 1.0e-2], log: true}
       model.d_model: {choice: [32, 64, 128]}
@@ -37,6 +37,7 @@ from tinytf.plain_yaml import Lines, RefusedYaml, describe_yaml_error, load_yaml
 
 METRICS = ("time_to_target", "steps_to_target", "val_loss", "val_seq_acc", "val_token_acc")
 MINIMIZED = ("time_to_target", "steps_to_target", "val_loss")  # the default direction of each metric
+EXIT_INTERRUPTED = 130  # a worker stopped by Ctrl-C, as a shell reports a process that SIGINT ended
 MAX_GRID = 10_000  # settings of a grid: each is a training per seed
 Value = StrictBool | StrictInt | StrictFloat | str | None
 
@@ -92,7 +93,7 @@ class Objective(_Strict):
 
 class Sweep(_Strict):
     base: str
-    params: dict[str, Param] = Field(min_length=1)
+    params: dict[str, Param] = {}  # none: one setting, the base config, on every seed
     seeds: tuple[StrictInt, ...] = Field((0,), min_length=1)  # checked by `_check_settings`
     objective: Objective
     sampler: Literal["grid", "random", "tpe"] = "tpe"
@@ -110,7 +111,12 @@ class Sweep(_Strict):
     @property
     def budget(self) -> int:
         """The number of settings the sweep trains."""
-        return self.grid_size() if self.sampler == "grid" else self.trials  # type: ignore[return-value]
+        return self.grid_size() if self.is_grid else self.trials  # type: ignore[return-value]
+
+    @property
+    def is_grid(self) -> bool:
+        """Whether the sweep trains a grid, every setting: `sampler: grid`, or no params at all."""
+        return self.sampler == "grid" or not self.params
 
 
 @dataclass(frozen=True)
@@ -157,7 +163,7 @@ def load_sweep(path: str | Path) -> tuple[Sweep, Path, Config]:
         sweep = Sweep.model_validate(data)
     except ValidationError as err:
         raise ConfigError(_describe(err.errors()[0], path, lines)) from None
-    base = next((p for p in (Path(sweep.base), path.parent / sweep.base) if p.is_file()), Path(sweep.base))
+    base = next((p for p in (path.parent / sweep.base, Path(sweep.base)) if p.is_file()), path.parent / sweep.base)
     config = _check(sweep, path, base, lines)
     return sweep, base, config
 
@@ -197,7 +203,7 @@ def _check_settings(sweep: Sweep, path: Path, lines: Lines) -> None:
             )
         if (size := sweep.grid_size()) > MAX_GRID:
             raise ConfigError(f"{line('params')}: params: the grid has {size:,} settings; at most {MAX_GRID:,}")
-    elif sweep.trials is None:
+    elif sweep.trials is None and sweep.params:
         raise ConfigError(f"{line('sampler')}: sampler {sweep.sampler}: give trials, the number of settings to try")
 
 

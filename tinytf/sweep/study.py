@@ -40,7 +40,7 @@ def storage_for(folder: Path, url: str | None) -> optuna.storages.BaseStorage | 
 
 def sampler_for(sweep: Sweep) -> optuna.samplers.BaseSampler:
     """No fixed seed: processes sharing a study would otherwise propose the same settings."""
-    if sweep.sampler == "grid":
+    if sweep.is_grid:
         return optuna.samplers.GridSampler({key: list(param.grid() or ()) for key, param in sweep.params.items()})
     return optuna.samplers.RandomSampler() if sweep.sampler == "random" else optuna.samplers.TPESampler()
 

@@ -23,7 +23,7 @@ import optuna
 from tinytf.errors import UserError
 from tinytf.experiment import load_config
 from tinytf.loggers import NullLogger
-from tinytf.sweep.spec import Job, Param, overrides
+from tinytf.sweep.spec import EXIT_INTERRUPTED, Job, Param, overrides
 from tinytf.sweep.study import HOST, describe_setting, has_work, is_surplus, pruner_for, sampler_for, storage_for
 from tinytf.training import TrainingDiverged, train
 
@@ -76,17 +76,16 @@ def train_seed(trial: optuna.Trial, job: Job, setting: dict, seed: int, index: i
     """One seed of a setting: its run, and the objective's metric of it (inf or -inf when
     it never reached the target or diverged: the worst value)."""
     metric, worst = job.sweep.objective.metric, math.inf if job.sweep.objective.minimize else -math.inf
-    try:
-        config = load_config(job.base, overrides(setting, seed))
-    except UserError as err:
-        trial.set_user_attr("error", str(err))
-        raise Skipped(str(err)) from None
-    watch = TargetWatch(trial, job, config.train.stop_at_accuracy, index * (config.train.steps + 1))
     name = f"trial-{trial.number:03d}-seed-{seed}"
     try:
+        config = load_config(job.base, overrides(setting, seed))
+        watch = TargetWatch(trial, job, config.train.stop_at_accuracy, index * (config.train.steps + 1))
         result = train(config, runs_dir=job.folder, name=name, loggers=[watch])
-    except TrainingDiverged as err:
+    except TrainingDiverged as err:  # a result: this setting does not train
         return {"seed": seed, "run": name, "value": worst, "diverged": str(err)}
+    except UserError as err:  # an invalid combination of values, a full disk...: the setting fails for good
+        trial.set_user_attr("error", str(err))
+        raise Skipped(str(err)) from None
     if result.interrupted:
         raise CutShort
     value = {
@@ -159,8 +158,8 @@ def main(argv: list[str]) -> int:
         while not cut and has_work(study, job.sweep.budget):
             study.optimize(run, n_trials=1, catch=(Skipped, CutShort))
     except KeyboardInterrupt:  # Ctrl-C between two runs: Optuna has closed the trial as failed
-        return 130
-    return 130 if cut else 0
+        return EXIT_INTERRUPTED
+    return EXIT_INTERRUPTED if cut else 0
 
 
 if __name__ == "__main__":
