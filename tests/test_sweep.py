@@ -65,11 +65,11 @@ def test_a_grid_on_two_workers_trains_each_setting_on_each_seed_once_and_ranks_t
     path = write_sweep(tmp_path)
     output = run_sweep(path, "--workers", 2)
     folder = tmp_path / "sweeps" / "grid"
-    assert {name.rsplit("-", 2)[0] for name in run_folders(folder)} == {
-        f"trial-00{trial}-seed-{seed}" for trial in (0, 1) for seed in (0, 1)
-    }
     assert len(run_folders(folder)) == 4 and "results: tinytf sweep show" in output
     results = shown(folder)
+    assert sorted(run for row in results["settings"] for run in row["runs"]) == run_folders(folder)
+    for row in results["settings"]:
+        assert sorted(run.split("-seed-")[1][0] for run in row["runs"]) == ["0", "1"]
     assert [row["rank"] for row in results["settings"]] == [1, 2]
     assert {row["params"]["train.lr"] for row in results["settings"]} == {0.001, 0.003}
     assert results["settings"][0]["value"] <= results["settings"][1]["value"]
@@ -93,15 +93,23 @@ def grid(tmp_path_factory):
     """The folder of a 2-setting x 2-seed grid, swept in this process (`sweep show` reads it)."""
     from tinytf.sweep.spec import Job, load_sweep
     from tinytf.sweep.study import open_study, storage_for
-    from tinytf.sweep.worker import objective
 
     path = write_sweep(tmp_path_factory.mktemp("sweep"))
     sweep, base, _ = load_sweep(path)
     folder = path.parent / "sweeps" / "grid"
     study = open_study(sweep, "grid", storage_for(folder, None))
     job = Job(sweep, base, "grid", folder, None, 1)
-    study.optimize(lambda trial: objective(trial, job, study), n_trials=2)
+    sweep_here(study, job)
     return folder
+
+
+def sweep_here(study, job):
+    """What a worker process does, in this process: take runs until none is left."""
+    from tinytf.sweep.study import has_work
+    from tinytf.sweep.worker import objective
+
+    while has_work(study, job.sweep.budget):
+        study.optimize(lambda trial: objective(trial, job, study), n_trials=1)
 
 
 @pytest.mark.parametrize("format_", ["table", "csv"])
@@ -166,7 +174,7 @@ def test_ctrl_c_saves_the_running_trials_and_the_next_sweep_retries_them(tmp_pat
     process.send_signal(signal.SIGINT)
     output, _ = process.communicate(timeout=60)
     assert process.returncode == 130, output
-    assert "its runs are saved" in output
+    assert output.count("stopped; its run is saved") == 2
     cut = [row for row in shown(folder)["settings"] if row["state"] == "cut short"]
     assert cut and all(row["state"] in ("cut short", "done") for row in shown(folder)["settings"])
     for run in folder.glob("trial-*"):  # every run saved where it stopped
@@ -205,8 +213,11 @@ def test_the_median_pruner_stops_a_trial_worse_than_the_others_and_says_so(tmp_p
         )
     study.optimize(lambda trial: objective(trial, job, study), n_trials=1)
     (pruned,) = study.get_trials(states=(optuna.trial.TrialState.PRUNED,))
-    assert list(pruned.intermediate_values) == [10]  # stopped at its first evaluation, on its first seed
+    assert list(pruned.intermediate_values) == [10]  # stopped at its first evaluation
     assert "pruned at step 10: val loss" in capsys.readouterr().out
+    study.optimize(lambda trial: objective(trial, job, study), n_trials=1)  # its other seed: not trained
+    assert len(study.get_trials(states=(optuna.trial.TrialState.PRUNED,))) == 2
+    assert "another seed of its setting was pruned" in capsys.readouterr().out
     assert len(list(job.folder.iterdir())) == 1
 
 
@@ -266,14 +277,13 @@ def test_one_thread_each_when_the_workers_share_the_cores(monkeypatch):
 def test_a_sweep_without_params_trains_the_base_config_on_each_seed(tmp_path):
     from tinytf.sweep.spec import Job, load_sweep
     from tinytf.sweep.study import open_study, storage_for
-    from tinytf.sweep.worker import objective
 
     path = write_sweep(tmp_path, params={}, seeds=[3, 4], sampler="tpe")
     sweep, base, _ = load_sweep(path)
     assert sweep.budget == 1 and sweep.is_grid
     folder = tmp_path / "sweeps" / "grid"
     study = open_study(sweep, "grid", storage_for(folder, None))
-    study.optimize(lambda trial: objective(trial, Job(sweep, base, "grid", folder, None, 1), study), n_trials=1)
+    sweep_here(study, Job(sweep, base, "grid", folder, None, 1))
     (row,) = shown(folder)["settings"]
     assert row["params"] == {} and set(row["seeds"]) == {"3", "4"} and row["rank"] == 1
 

@@ -21,7 +21,7 @@ import optuna
 from tinytf.errors import UserError
 from tinytf.files import check_run_name
 from tinytf.sweep.spec import EXIT_INTERRUPTED, Job, load_sweep
-from tinytf.sweep.study import open_study, retry_cut_short, settings_of, storage_for
+from tinytf.sweep.study import FINAL, open_study, retry_cut_short, settings_of, storage_for
 
 
 def available_cores() -> int:
@@ -62,21 +62,21 @@ def run_sweep(
     check_run_name(name, runs_dir)
     folder = runs_dir / name
     study = open_study(sweep, name, storage_for(folder, storage))
-    retried = retry_cut_short(study)
+    retried = retry_cut_short(study, sweep.seeds)
     if retried:
         say(f"trying again the trials cut short: {', '.join(map(str, retried))}")
-    done = [s for s in settings_of(study) if s.state in ("done", "pruned", "failed")]
+    done = [s for s in settings_of(study) if s.state(len(sweep.seeds)) in FINAL]
     if len(done) >= sweep.budget:
         say(f"sweep {name}: finished, {len(done)} settings; see them with: tinytf sweep show {folder}")
         return Outcome(folder, True, False, False, retried)
     threads = max(1, available_cores() // workers)
     say(
-        f"sweep {name}: {sweep.budget} settings x {len(sweep.seeds)} seeds ({len(done)} done), "
+        f"sweep {name}: {sweep.budget} settings x {len(sweep.seeds)} seeds ({len(done)} settings done), "
         f"{workers} worker(s) of {threads} thread(s), runs in {folder}"
     )
     job = Job(sweep, base.resolve(), name, folder, storage, threads)
     codes = _run_workers(job, workers)
-    finished = sum(s.state in ("done", "pruned", "failed") for s in settings_of(study)) >= sweep.budget
+    finished = sum(s.state(len(sweep.seeds)) in FINAL for s in settings_of(study)) >= sweep.budget
     failed = sum(code not in (0, EXIT_INTERRUPTED) for code in codes)
     return Outcome(folder, finished, True, EXIT_INTERRUPTED in codes, retried, failed)
 

@@ -29,7 +29,7 @@ class Row:
     """One setting of the sweep, as `sweep show` reports it."""
 
     rank: int | None  # among the settings done, best first
-    trial: int  # the trial that gave the result (a retry's own number)
+    trial: int  # the setting's first trial
     state: str
     params: dict
     value: float | None  # the objective over the seeds
@@ -81,26 +81,29 @@ def load_results(sweep: str, *, storage: str | None = None, runs_dir: Path = Pat
 
 
 def _row(setting: Setting, spec: Sweep) -> Row:
-    trial = setting.latest
-    entries = trial.user_attrs.get("seeds", [])
-    seeds = {entry["seed"]: entry["value"] for entry in entries}
+    """A setting's row: its runs' values, and the objective over them once every seed is done."""
+    state = setting.state(len(spec.seeds))
+    done = {seed: run for seed, run in setting.runs.items() if setting.states[seed] == "done"}
+    seeds = {seed: run.value for seed, run in done.items()}
     values = list(seeds.values())
     worst = (max if spec.objective.minimize else min)(values) if values else None
-    note = trial.user_attrs.get("error", "")
-    if setting.state == "pruned":
-        note = f"pruned after {len(values)} of {len(spec.seeds)} seeds"
+    mean = statistics.fmean(values) if values else None
+    notes = [run.user_attrs["error"] for run in setting.runs.values() if "error" in run.user_attrs]
+    if state == "pruned":
+        pruned = [run for run in setting.runs.values() if run.state == optuna.trial.TrialState.PRUNED]
+        notes.append(f"pruned at step {max(pruned[0].intermediate_values, default=0)}")
     return Row(
         rank=None,
-        trial=trial.number,
-        state=setting.state,
-        params=dict(setting.first.params),
-        value=trial.value if trial.state == optuna.trial.TrialState.COMPLETE else None,
+        trial=setting.number,
+        state=state,
+        params=setting.params,
+        value=(mean if spec.objective.over_seeds == "mean" else worst) if state == "done" else None,
         seeds=seeds,
-        mean=statistics.fmean(values) if values else None,
+        mean=mean,
         worst=worst,
-        seconds=round(sum(entry.get("seconds", 0.0) for entry in entries), 1),
-        runs=[entry["run"] for entry in entries],
-        note=note,
+        seconds=round(sum(run.user_attrs.get("seconds", 0.0) for run in done.values()), 1),
+        runs=[run.user_attrs["run"] for run in done.values() if "run" in run.user_attrs],
+        note="; ".join(notes[:1]),
     )
 
 

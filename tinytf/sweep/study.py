@@ -1,15 +1,19 @@
-"""A sweep's study in Optuna, and its bookkeeping: which settings are done, running, cut
-short or still to try, on one machine or many.
+"""A sweep's study in Optuna, and its bookkeeping: which settings and runs are done,
+running, cut short or still to try, on one machine or many.
 
-A *setting* is one Optuna trial (its params), trained on every seed of the sweep; its
-value is the objective over the seeds. Trials carry user attributes:
+Each Optuna trial is one run: a setting (the trial's params) on one seed. The sampler
+proposes a setting for the first seed; its other seeds are queued at once, as trials of
+the same params, so that idle workers take them. A trial's value is its run's metric;
+a setting's objective (worst or mean over its seeds) is reckoned here. Trials carry user
+attributes:
+- `seed`, and `setting`: the number of the setting's first trial;
 - `worker`: the host and process that ran it, so that a trial left running by a process
   that is gone (killed) can be told from one still running;
-- `retry_of`: set on the one retry a cut-short trial gets (killed, or stopped by Ctrl-C);
+- `retry_of`: set on the one retry a cut-short run gets (killed, or stopped by Ctrl-C);
 - `surplus`: a trial asked for once every setting was taken (two processes asking at
   the same moment), closed as failed without training;
-- `error`: why a trial failed for good (a setting that makes no valid config...);
-- `seeds`: per seed, its run folder, value, steps and seconds.
+- `error`: why a run failed for good (a setting that makes no valid config...);
+- `run`, `seconds`, `step`: its run folder, time inside `train()` and last step.
 """
 
 from __future__ import annotations
@@ -82,59 +86,77 @@ def saved_sweep(study: optuna.Study) -> Sweep:
     return Sweep.model_validate(study.user_attrs["sweep"])
 
 
+FINAL = ("done", "pruned", "failed")  # a run's or a setting's states that no later sweep changes
+
+
+def run_state(trial: FrozenTrial, retried: bool) -> str:
+    """done, pruned, failed (for good), running, waiting, or cut short (to retry)."""
+    if trial.state == TrialState.COMPLETE:
+        return "done"
+    if trial.state == TrialState.PRUNED:
+        return "pruned"
+    if trial.state in (TrialState.RUNNING, TrialState.WAITING):
+        return trial.state.name.lower()
+    return "failed" if "error" in trial.user_attrs or retried else "cut short"
+
+
 @dataclass
 class Setting:
-    """One setting: its first trial and, if that was cut short, its retry."""
+    """One setting: the latest run of each of its seeds (a retry replaces the run it retries)."""
 
-    first: FrozenTrial
-    retry: FrozenTrial | None = None
-    latest: FrozenTrial = field(init=False)
+    number: int  # its first trial's
+    params: dict
+    runs: dict[int, FrozenTrial] = field(default_factory=dict)  # seed -> run
+    states: dict[int, str] = field(default_factory=dict)  # seed -> its run's state
 
-    def __post_init__(self) -> None:
-        self.latest = self.first
-
-    @property
-    def state(self) -> str:
-        """done, pruned, failed (for good), running, waiting, or cut short (to retry)."""
-        trial = self.latest
-        if trial.state == TrialState.COMPLETE:
-            return "done"
-        if trial.state == TrialState.PRUNED:
-            return "pruned"
-        if trial.state in (TrialState.RUNNING, TrialState.WAITING):
-            return trial.state.name.lower()
-        return "failed" if "error" in trial.user_attrs or self.retry is not None else "cut short"
+    def state(self, seeds: int) -> str:
+        states = set(self.states.values())
+        for state in ("pruned", "failed", "running", "waiting", "cut short"):
+            if state in states:
+                return state
+        return "done" if len(self.states) == seeds else "waiting"
 
 
 def settings_of(study: optuna.Study) -> list[Setting]:
     """The study's settings in the order they were first tried."""
+    trials = [t for t in study.get_trials(deepcopy=False) if "surplus" not in t.user_attrs]
+    retried = {t.user_attrs["retry_of"] for t in trials if "retry_of" in t.user_attrs}
     settings: dict[int, Setting] = {}
-    for trial in sorted(study.get_trials(deepcopy=False), key=lambda t: t.number):
-        if "surplus" in trial.user_attrs:
-            continue
-        origin = trial.user_attrs.get("retry_of")
-        if origin is None:
-            settings[trial.number] = Setting(trial)
-        elif origin in settings and settings[origin].retry is None:
-            settings[origin].retry = settings[origin].latest = trial
+    for trial in sorted(trials, key=lambda t: t.number):
+        number = trial.user_attrs.get("setting", trial.number)
+        setting = settings.setdefault(number, Setting(number, dict(trial.params)))
+        seed = trial.user_attrs.get("seed")
+        if seed is not None:
+            setting.runs[seed] = trial
+            setting.states[seed] = run_state(trial, trial.number in retried)
     return list(settings.values())
+
+
+def pruned_settings(study: optuna.Study) -> set[int]:
+    """The settings one of whose runs was pruned: their other seeds need not train."""
+    pruned = study.get_trials(deepcopy=False, states=(TrialState.PRUNED,))
+    return {trial.user_attrs.get("setting", trial.number) for trial in pruned}
+
+
+def is_fresh(trial: FrozenTrial | optuna.Trial) -> bool:
+    """A trial of a new setting, proposed by the sampler (not a queued seed or retry)."""
+    return "setting" not in trial.user_attrs
 
 
 def is_surplus(study: optuna.Study, trial: optuna.Trial, budget: int) -> bool:
     """True for a trial that must not train: a new setting beyond the budget (asked at
-    the same moment as the last one), or a second retry of one cut-short trial."""
+    the same moment as the last one), or a second retry of one cut-short run."""
     others = [t for t in study.get_trials(deepcopy=False) if t.number < trial.number]
+    if is_fresh(trial):
+        return sum(map(is_fresh, others)) >= budget
     origin = trial.user_attrs.get("retry_of")
-    if origin is None:
-        return sum("retry_of" not in t.user_attrs for t in others) >= budget
-    return any(t.user_attrs.get("retry_of") == origin for t in others)
+    return origin is not None and any(t.user_attrs.get("retry_of") == origin for t in others)
 
 
 def has_work(study: optuna.Study, budget: int) -> bool:
-    """Whether a process may take a trial: a retry waits, or settings are left to try."""
+    """Whether a process may take a trial: a run waits, or settings are left to try."""
     trials = study.get_trials(deepcopy=False)
-    fresh = sum("retry_of" not in t.user_attrs for t in trials)
-    return fresh < budget or any(t.state == TrialState.WAITING for t in trials)
+    return sum(map(is_fresh, trials)) < budget or any(t.state == TrialState.WAITING for t in trials)
 
 
 def _alive(pid: int) -> bool:
@@ -147,9 +169,15 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def retry_cut_short(study: optuna.Study) -> list[int]:
+def queue_seeds(study: optuna.Study, setting: int, params: dict, seeds: list[int]) -> None:
+    """Queue a run of `params` per seed, for any worker to take."""
+    for seed in seeds:
+        study.enqueue_trial(params, user_attrs={"setting": setting, "seed": seed})
+
+
+def retry_cut_short(study: optuna.Study, seeds: tuple[int, ...]) -> list[int]:
     """Fail the trials this host left running in processes that are gone (killed), and
-    queue one retry for each setting cut short; the numbers of the trials retried."""
+    queue one retry for each run cut short; the numbers of the trials retried."""
     for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         worker = trial.user_attrs.get("worker", {})
         if worker.get("host") == HOST and not _alive(worker.get("pid", 0)):
@@ -158,10 +186,15 @@ def retry_cut_short(study: optuna.Study) -> list[int]:
             except ValueError:  # another process on this host failed it first
                 continue
     retried = []
+    trials = study.get_trials(deepcopy=False)
     for setting in settings_of(study):
-        if setting.state == "cut short":
-            study.enqueue_trial(setting.first.params, user_attrs={"retry_of": setting.first.number})
-            retried.append(setting.first.number)
+        if trials[setting.number].state != TrialState.RUNNING:  # its process queued the other seeds, or died first
+            queue_seeds(study, setting.number, setting.params, [seed for seed in seeds if seed not in setting.runs])
+        for seed, trial in setting.runs.items():
+            if setting.states[seed] == "cut short":
+                attrs = {"setting": setting.number, "seed": seed, "retry_of": trial.number}
+                study.enqueue_trial(trial.params, user_attrs=attrs)
+                retried.append(trial.number)
     return retried
 
 

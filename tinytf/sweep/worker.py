@@ -1,5 +1,5 @@
-"""A sweep's worker process: takes settings from the study one at a time and trains each
-on every seed, in run folders under the sweep's folder, until none is left.
+"""A sweep's worker process: takes runs from the study one at a time (a setting on a
+seed) and trains each in a run folder under the sweep's folder, until none is left.
 
     python -m tinytf.sweep.worker JOB    # JOB: the JSON that `tinytf.sweep.launch` writes
 
@@ -13,7 +13,6 @@ from __future__ import annotations
 import math
 import os
 import signal
-import statistics
 import sys
 import threading
 import time
@@ -24,7 +23,17 @@ from tinytf.errors import UserError
 from tinytf.experiment import load_config
 from tinytf.loggers import NullLogger
 from tinytf.sweep.spec import EXIT_INTERRUPTED, Job, Param, overrides
-from tinytf.sweep.study import HOST, describe_setting, has_work, is_surplus, pruner_for, sampler_for, storage_for
+from tinytf.sweep.study import (
+    HOST,
+    describe_setting,
+    has_work,
+    is_surplus,
+    pruned_settings,
+    pruner_for,
+    queue_seeds,
+    sampler_for,
+    storage_for,
+)
 from tinytf.training import TrainingDiverged, train
 
 PARENT_CHECK_S = 0.5  # how often a worker looks for its parent
@@ -42,8 +51,8 @@ class TargetWatch(NullLogger):
     """Notes when the held-out exact match first reaches the target, and reports the
     objective's progress to Optuna for the pruner (a pruned trial stops here)."""
 
-    def __init__(self, trial: optuna.Trial, job: Job, target: float | None, offset: int) -> None:
-        self.trial, self.job, self.target, self.offset = trial, job, target, offset
+    def __init__(self, trial: optuna.Trial, job: Job, target: float | None) -> None:
+        self.trial, self.job, self.target = trial, job, target
         self.started = time.perf_counter()
         self.seconds: float | None = None
         self.step_reached: int | None = None
@@ -57,7 +66,7 @@ class TargetWatch(NullLogger):
             return
         metric = self.job.sweep.objective.metric
         watched = "loss" if metric.endswith("_to_target") else metric.removeprefix("val_")
-        self.trial.report(values[watched], self.offset + step)
+        self.trial.report(values[watched], step)
         if self.trial.should_prune():
             raise optuna.TrialPruned(
                 f"pruned at step {step}: val {watched} {values[watched]:.4g}, worse than the median"
@@ -72,18 +81,17 @@ def suggest(trial: optuna.Trial, key: str, param: Param):
     return trial.suggest_float(key, *param.float_, log=param.log)  # type: ignore[misc]
 
 
-def train_seed(trial: optuna.Trial, job: Job, setting: dict, seed: int, index: int) -> dict:
-    """One seed of a setting: its run, and the objective's metric of it (inf or -inf when
-    it never reached the target or diverged: the worst value)."""
+def train_run(trial: optuna.Trial, job: Job, setting: dict, seed: int) -> float:
+    """The trial's run: its setting on its seed, and the objective's metric of it (inf, or
+    -inf when maximising, for a run that never reached the target or diverged)."""
     metric, worst = job.sweep.objective.metric, math.inf if job.sweep.objective.minimize else -math.inf
-    name = f"trial-{trial.number:03d}-seed-{seed}"
     try:
         config = load_config(job.base, overrides(setting, seed))
-        watch = TargetWatch(trial, job, config.train.stop_at_accuracy, index * (config.train.steps + 1))
-        result = train(config, runs_dir=job.folder, name=name, loggers=[watch])
-    except TrainingDiverged as err:  # a result: this setting does not train
-        return {"seed": seed, "run": name, "value": worst, "diverged": str(err)}
-    except UserError as err:  # an invalid combination of values, a full disk...: the setting fails for good
+        watch = TargetWatch(trial, job, config.train.stop_at_accuracy)
+        result = train(config, runs_dir=job.folder, name=f"trial-{trial.number:03d}-seed-{seed}", loggers=[watch])
+    except TrainingDiverged:  # a result: this setting does not train
+        return worst
+    except UserError as err:  # an invalid combination of values, a full disk...: the run fails for good
         trial.set_user_attr("error", str(err))
         raise Skipped(str(err)) from None
     if result.interrupted:
@@ -93,34 +101,37 @@ def train_seed(trial: optuna.Trial, job: Job, setting: dict, seed: int, index: i
         "steps_to_target": watch.step_reached,
         **{f"val_{key}": result.best.get(key) for key in ("loss", "seq_acc", "token_acc")},
     }[metric]
-    seconds = round(time.perf_counter() - watch.started, 3)
-    value = worst if value is None else value
-    return {"seed": seed, "run": result.run_dir.name, "value": value, "step": result.step, "seconds": seconds}
+    trial.set_user_attr("run", result.run_dir.name)
+    trial.set_user_attr("seconds", round(time.perf_counter() - watch.started, 3))
+    return worst if value is None else value
 
 
 def objective(trial: optuna.Trial, job: Job, study: optuna.Study) -> float:
-    """Train the trial's setting on every seed; the objective over the seeds."""
+    """Train the trial's run. A new setting's first trial takes the first seed and queues
+    the others, for any worker to take."""
     trial.set_user_attr("worker", {"host": HOST, "pid": os.getpid()})
     if is_surplus(study, trial, job.sweep.budget):
         trial.set_user_attr("surplus", True)
         raise Skipped("every setting is taken")
+    seed = trial.user_attrs.get("seed")
+    if seed is None:  # a new setting
+        seed = job.sweep.seeds[0]
+        trial.set_user_attr("seed", seed)
     setting = {key: suggest(trial, key, param) for key, param in job.sweep.params.items()}
-    said = f"trial {trial.number} ({describe_setting(setting)})"
-    seeds = []
+    if "setting" not in trial.user_attrs:
+        queue_seeds(study, trial.number, trial.params, list(job.sweep.seeds[1:]))
+    said = f"trial {trial.number} ({describe_setting({**setting, 'seed': seed})})"
     try:
-        for index, seed in enumerate(job.sweep.seeds):
-            seeds.append(train_seed(trial, job, setting, seed, index))
-            trial.set_user_attr("seeds", seeds)
+        if trial.user_attrs.get("setting") in pruned_settings(study):
+            raise optuna.TrialPruned("not trained: another seed of its setting was pruned")
+        value = train_run(trial, job, setting, seed)
     except (Skipped, optuna.TrialPruned) as err:
         print(f"{said}: {'' if isinstance(err, optuna.TrialPruned) else 'not trained: '}{err}", flush=True)
         raise
     except CutShort:
-        print(f"{said}: stopped; its runs are saved, and the next `tinytf sweep` tries it again", flush=True)
+        print(f"{said}: stopped; its run is saved, and the next `tinytf sweep` trains it again", flush=True)
         raise
-    values = [entry["value"] for entry in seeds]
-    objective = job.sweep.objective
-    value = statistics.fmean(values) if objective.over_seeds == "mean" else (max if objective.minimize else min)(values)
-    print(f"{said}: {objective.metric} {value:.4g} ({objective.over_seeds} of {len(values)} seeds)", flush=True)
+    print(f"{said}: {job.sweep.objective.metric} {value:.4g}", flush=True)
     return value
 
 
