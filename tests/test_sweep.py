@@ -286,6 +286,8 @@ def test_a_sweep_without_params_trains_the_base_config_on_each_seed(tmp_path):
     sweep_here(study, Job(sweep, base, "grid", folder, None, 1))
     (row,) = shown(folder)["settings"]
     assert row["params"] == {} and set(row["seeds"]) == {"3", "4"} and row["rank"] == 1
+    assert invoke("sweep", "show", folder, "--format", "png").exit_code == 0  # each seed against its seed
+    assert (folder / "sweep.png").read_bytes()[:4] == b"\x89PNG"
 
 
 @pytest.mark.parametrize("example", sorted((ROOT / "sweeps").glob("*.yaml")), ids=lambda path: path.name)
@@ -295,3 +297,27 @@ def test_the_example_sweeps_are_valid_from_any_folder(example, monkeypatch, tmp_
     monkeypatch.chdir(tmp_path)
     sweep, base, config = load_sweep(example)
     assert base.is_file() and config.train.stop_at_accuracy is not None and sweep.budget >= 1
+
+
+def test_a_study_in_a_database_is_read_back_by_name(tmp_path):
+    from tinytf.sweep.spec import Job, load_sweep
+    from tinytf.sweep.study import open_study
+
+    path = write_sweep(tmp_path, seeds=[0])
+    sweep, base, _ = load_sweep(path)
+    url = f"sqlite:///{tmp_path / 'sweeps.db'}"
+    study = open_study(sweep, "lr", url)
+    sweep_here(study, Job(sweep, base, "lr", tmp_path / "lr", url, 1))
+    result = invoke("sweep", "show", "lr", "--storage", url, "--format", "csv")
+    assert result.exit_code == 0, result.output
+    assert [line.split(",")[2] for line in result.stdout.splitlines()[1:]] == ["done", "done"]
+    assert_user_error(invoke("sweep", "show", "other", "--storage", url), "no sweep named 'other'")
+
+
+@pytest.mark.parametrize(
+    ("url", "message"),
+    [("foo://bar", "cannot open the study 'grid'"), ("sqlite:////no/such/folder/x.db", "unable to open database")],
+)
+def test_a_storage_that_cannot_be_opened_is_one_line(tmp_path, url, message):
+    path = write_sweep(tmp_path)
+    assert_user_error(invoke("sweep", path, "--storage", url, "--runs-dir", tmp_path / "sweeps"), message)

@@ -177,23 +177,24 @@ def _table(results: Results) -> str:
 
 def sweep_figure(results: Results) -> Figure:
     """A sweep's objective against each parameter: a dot per seed's run, a ring per setting
-    (its objective over the seeds); a log axis for a log-spaced parameter. Runs that never
-    reached the target (infinite) are left out."""
+    (its objective over the seeds); a log axis for a log-spaced parameter. Without params,
+    each seed's run against its seed. Runs that never reached the target (infinite) are left out."""
     from matplotlib.figure import Figure
 
-    keys = list(results.sweep.params)
-    figure = Figure(figsize=(4 * len(keys), 3.2), layout="constrained")
+    keys = list(results.sweep.params) or ["seed"]
+    figure = Figure(figsize=(max(6, 4 * len(keys)), 3.6), layout="constrained")
     metric = results.sweep.objective.metric
     for ax, key in zip(figure.subplots(1, len(keys), squeeze=False)[0], keys, strict=True):
         for row in results.rows:
-            x = row.params.get(key)
-            seeds = [v for v in row.seeds.values() if math.isfinite(v)]
-            ax.scatter([x] * len(seeds), seeds, s=10, color="tab:blue", alpha=0.4)
-            if row.value is not None and math.isfinite(row.value):
-                ax.scatter([x], [row.value], s=60, facecolors="none", edgecolors="tab:red")
-        if results.sweep.params[key].log:
+            runs = [(seed, value) for seed, value in row.seeds.items() if math.isfinite(value)]
+            xs = [seed for seed, _ in runs] if key == "seed" else [row.params[key]] * len(runs)
+            ax.scatter(xs, [value for _, value in runs], s=10, color="tab:blue", alpha=0.4)
+            if key != "seed" and row.value is not None and math.isfinite(row.value):
+                ax.scatter([row.params[key]], [row.value], s=60, facecolors="none", edgecolors="tab:red")
+        if key != "seed" and results.sweep.params[key].log:
             ax.set_xscale("log")
         ax.set_xlabel(key)
         ax.set_ylabel(metric)
-    figure.suptitle(f"sweep {results.name}: {metric} ({results.sweep.objective.over_seeds} over seeds, rings)")
+    over = results.sweep.objective.over_seeds
+    figure.suptitle(f"sweep {results.name}: {metric}\n(dots: each run; rings: each setting, the {over} over its seeds)")
     return figure

@@ -26,8 +26,9 @@ from pathlib import Path
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
+from sqlalchemy.exc import SQLAlchemyError
 
-from tinytf.errors import UserError
+from tinytf.errors import UserError, first_line
 from tinytf.sweep.spec import Sweep
 
 STUDY_FILE = "study.journal"  # the default storage, in the sweep's folder
@@ -67,8 +68,13 @@ def open_study(sweep: Sweep, name: str, storage: optuna.storages.BaseStorage | s
             direction=direction,
             load_if_exists=True,
         )
-    except (ImportError, ValueError, RuntimeError) as err:  # a URL of an unknown kind, a database it cannot open
-        raise UserError(f"--storage: cannot open the study {name!r}: {err}") from None
+    except ImportError:
+        raise UserError(
+            f"--storage {storage}: its database driver is not installed "
+            "(postgresql://: pip install psycopg2-binary; mysql+pymysql://: pip install pymysql)"
+        ) from None
+    except (SQLAlchemyError, ValueError, RuntimeError) as err:  # a URL of an unknown kind, a database it cannot open
+        raise UserError(f"--storage {storage}: cannot open the study {name!r}: {first_line(err)}") from None
     made_by = sweep.model_dump(mode="json", by_alias=True, exclude={"trials"})
     saved = study.user_attrs.get("sweep")
     if saved is None:
