@@ -232,6 +232,8 @@ BAD_SWEEPS = [
     ({"objective": {"metric": "time_to_target"}}, "needs train.stop_at_accuracy"),
     ({"objective": {"metric": "speed"}}, "objective.metric: Input should be"),
     ({"seeds": [1, 1]}, "seeds: each seed once"),
+    ({"params": {"model.n_layers": {"int": [1, 4], "log": True, "step": 2}}}, "step is for int ranges without log"),
+    ({"params": {}, "base": "nowhere.yaml"}, "nowhere.yaml"),
     ({"base": "missing.yaml"}, "missing.yaml"),
 ]
 
@@ -274,11 +276,12 @@ def test_one_thread_each_when_the_workers_share_the_cores(monkeypatch):
     assert available_cores() == len(os.sched_getaffinity(0))
 
 
-def test_a_sweep_without_params_trains_the_base_config_on_each_seed(tmp_path):
+@pytest.mark.parametrize("sampler", ["tpe", "grid"])
+def test_a_sweep_without_params_trains_the_base_config_on_each_seed(tmp_path, sampler):
     from tinytf.sweep.spec import Job, load_sweep
     from tinytf.sweep.study import open_study, storage_for
 
-    path = write_sweep(tmp_path, params={}, seeds=[3, 4], sampler="tpe")
+    path = write_sweep(tmp_path, params={}, seeds=[3, 4], sampler=sampler)
     sweep, base, _ = load_sweep(path)
     assert sweep.budget == 1 and sweep.is_grid
     folder = tmp_path / "sweeps" / "grid"
@@ -316,8 +319,35 @@ def test_a_study_in_a_database_is_read_back_by_name(tmp_path):
 
 @pytest.mark.parametrize(
     ("url", "message"),
-    [("foo://bar", "cannot open the study 'grid'"), ("sqlite:////no/such/folder/x.db", "unable to open database")],
+    [("foo://bar", "--storage foo://bar: "), ("sqlite:////no/such/folder/x.db", "unable to open database")],
 )
 def test_a_storage_that_cannot_be_opened_is_one_line(tmp_path, url, message):
     path = write_sweep(tmp_path)
     assert_user_error(invoke("sweep", path, "--storage", url, "--runs-dir", tmp_path / "sweeps"), message)
+    assert_user_error(invoke("sweep", "show", "grid", "--storage", url), message)
+
+
+def failed_run(study):
+    """Add a run of seed 0 that failed as a killed or stopped one does (no error)."""
+    params, distributions = {"train.lr": 0.001}, {"train.lr": optuna.distributions.FloatDistribution(1e-4, 1e-2)}
+    state = optuna.trial.TrialState.FAIL
+    study.add_trial(
+        optuna.trial.create_trial(state=state, params=params, distributions=distributions, user_attrs={"seed": 0})
+    )
+
+
+@pytest.mark.parametrize(("interrupted", "retried_again"), [(False, False), (True, True)])
+def test_a_killed_run_is_trained_again_once_and_a_stopped_one_every_time(interrupted, retried_again):
+    from tinytf.sweep.study import retry_cut_short, settings_of
+
+    study = optuna.create_study()
+    failed_run(study)  # its process was killed
+    assert retry_cut_short(study, (0,)) == [0]
+    retry = study.ask()  # the queued retry: it fails the same way
+    assert retry.user_attrs == {"setting": 0, "seed": 0, "retry_of": 0, "kills": 1}
+    if interrupted:
+        retry.set_user_attr("interrupted", True)
+    study.tell(retry, state=optuna.trial.TrialState.FAIL)
+    assert bool(retry_cut_short(study, (0,))) == retried_again
+    (setting,) = settings_of(study)
+    assert setting.state(1) == ("waiting" if retried_again else "failed")

@@ -25,7 +25,9 @@ class SweepCommands(OneLineUsageErrors):
 
 
 sweep_app = typer.Typer(
-    cls=SweepCommands, help="Many runs at once: a config over settings and seeds, on Optuna.", no_args_is_help=True
+    cls=SweepCommands,
+    help="Many runs at once: a config over settings and seeds, on Optuna. `tinytf sweep SWEEP.yaml` runs one.",
+    no_args_is_help=True,
 )
 
 StorageOption = Annotated[
@@ -46,7 +48,9 @@ class SweepFormat(str, Enum):
 @user_errors_exit_2
 def run(
     sweep_file: Annotated[Path, typer.Argument(help="A sweep file (see sweeps/).", metavar="SWEEP.yaml")],
-    workers: Annotated[int, typer.Option("--workers", min=1, max=256, help="Trials at once, on this machine.")] = 1,
+    workers: Annotated[
+        int, typer.Option("--workers", min=1, max=256, help="Runs trained at once, on this machine.")
+    ] = 1,
     trials: Annotated[
         int | None, typer.Option("--trials", min=1, help="Settings to try (overrides the file's).")
     ] = None,
@@ -56,19 +60,19 @@ def run(
 ) -> None:
     """Train a config over the settings and seeds of SWEEP.yaml; run it again to continue.
 
-    Example: tinytf sweep sweeps/sort-lr.yaml --workers 2
+    Example: tinytf sweep sweeps/sort-encoder-lr.yaml --workers 2
     """
     from tinytf.sweep.launch import run_sweep
 
     outcome = run_sweep(
         sweep_file, workers=workers, trials=trials, storage=storage, name=name, runs_dir=runs_dir, say=typer.echo
     )
-    if outcome.failed_workers:
-        typer.echo(f"error: {outcome.failed_workers} worker process(es) failed: see above", err=True)
-        raise typer.Exit(1)
     if outcome.interrupted:
         typer.echo("interrupted: the finished settings are kept; run the same command to continue", err=True)
         raise typer.Exit(EXIT_INTERRUPTED)
+    if outcome.failed_workers:
+        typer.echo(f"error: {outcome.failed_workers} worker process(es) failed: see above", err=True)
+        raise typer.Exit(1)
     if outcome.ran and not outcome.finished:
         typer.echo("some settings are still running in another process, or were cut short: run it again to finish")
     if outcome.ran:
@@ -92,7 +96,7 @@ def show(
 ) -> None:
     """Rank the settings of a sweep by its objective: each seed's value, mean, worst, run folders.
 
-    Example: tinytf sweep show sort-lr --format csv
+    Example: tinytf sweep show sort-encoder-lr --format csv
     """
     from tinytf.commands import writing
     from tinytf.sweep.results import load_results, results_text

@@ -77,8 +77,9 @@ def run_sweep(
     job = Job(sweep, base.resolve(), name, folder, storage, threads)
     codes = _run_workers(job, workers)
     finished = sum(s.state(len(sweep.seeds)) in FINAL for s in settings_of(study)) >= sweep.budget
-    failed = sum(code not in (0, EXIT_INTERRUPTED) for code in codes)
-    return Outcome(folder, finished, True, EXIT_INTERRUPTED in codes, retried, failed)
+    interrupted = {EXIT_INTERRUPTED, -signal.SIGINT}  # a worker Ctrl-C reached before it could say so
+    failed = sum(code not in (0, *interrupted) for code in codes)
+    return Outcome(folder, finished, True, bool(interrupted & set(codes)), retried, failed)
 
 
 def _run_workers(job: Job, workers: int) -> list[int]:

@@ -19,7 +19,7 @@ from tinytf.sweep.spec import Sweep
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
-from tinytf.sweep.study import STUDY_FILE, Setting, saved_sweep, settings_of, storage_for
+from tinytf.sweep.study import STUDY_FILE, Setting, saved_sweep, settings_of, storage_errors, storage_for
 
 ORDER = {"done": 0, "pruned": 1, "running": 2, "waiting": 3, "cut short": 4, "failed": 5}
 
@@ -66,9 +66,10 @@ def load_results(sweep: str, *, storage: str | None = None, runs_dir: Path = Pat
             f"{sweep}: no sweep there (a sweep's folder holds {STUDY_FILE}); start one with tinytf sweep FILE"
         )
     store = storage_for(folder, storage)
-    if name not in optuna.study.get_all_study_names(store):
-        raise UserError(f"{storage or folder}: no sweep named {name!r} there")
-    study = optuna.load_study(study_name=name, storage=store)
+    with storage_errors(store):
+        if name not in optuna.study.get_all_study_names(store):
+            raise UserError(f"{storage or folder}: no sweep named {name!r} there")
+        study = optuna.load_study(study_name=name, storage=store)
     spec = saved_sweep(study)
     rows = [_row(setting, spec) for setting in settings_of(study)]
     done = sorted(
@@ -83,7 +84,8 @@ def load_results(sweep: str, *, storage: str | None = None, runs_dir: Path = Pat
 def _row(setting: Setting, spec: Sweep) -> Row:
     """A setting's row: its runs' values, and the objective over them once every seed is done."""
     state = setting.state(len(spec.seeds))
-    done = {seed: run for seed, run in setting.runs.items() if setting.states[seed] == "done"}
+    states = setting.states()
+    done = {seed: run for seed, run in setting.runs.items() if states[seed] == "done"}
     seeds = {seed: run.value for seed, run in done.items()}
     values = list(seeds.values())
     worst = (max if spec.objective.minimize else min)(values) if values else None

@@ -39,6 +39,7 @@ METRICS = ("time_to_target", "steps_to_target", "val_loss", "val_seq_acc", "val_
 MINIMIZED = ("time_to_target", "steps_to_target", "val_loss")  # the default direction of each metric
 EXIT_INTERRUPTED = 130  # a worker stopped by Ctrl-C, as a shell reports a process that SIGINT ended
 MAX_GRID = 10_000  # settings of a grid: each is a training per seed
+MAX_CHECKED = 1000  # grid settings tried on the base config before the sweep starts (a few ms each)
 Value = StrictBool | StrictInt | StrictFloat | str | None
 
 
@@ -64,8 +65,8 @@ class Param(_Strict):
         low, high = self.float_ or self.int_ or (1, 1)
         if low > high or (self.log and low <= 0):
             raise ValueError(f"[{low}, {high}]: low must not exceed high{', and be above 0 with log' * self.log}")
-        if self.step is not None and self.int_ is None:
-            raise ValueError("step is for int ranges")
+        if self.step is not None and (self.int_ is None or self.log):
+            raise ValueError("step is for int ranges without log")
         if self.choice is not None and len(set(map(json.dumps, self.choice))) < len(self.choice):
             raise ValueError("a choice is listed twice")
         return self
@@ -174,9 +175,9 @@ def _check(sweep: Sweep, path: Path, base: Path, lines: Lines) -> Config:
     config = _load(base, [], f"{path}: line {lines.get(('base',), 1)}: base")
     _check_settings(sweep, path, lines)
     if sweep.sampler == "grid":
-        for setting in sweep.grid()[:1000]:
-            key = next(iter(setting))
-            _load(base, overrides(setting), f"{path}: line {lines.get(('params', key), 1)}: params")
+        for setting in sweep.grid()[:MAX_CHECKED]:
+            line = lines.get(("params", next(iter(setting), "")), lines.get(("params",), 1))
+            _load(base, overrides(setting), f"{path}: line {line}: params")
     else:
         for key, param in sweep.params.items():
             for value in param.ends():

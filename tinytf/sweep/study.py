@@ -18,9 +18,12 @@ attributes:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
+import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -33,6 +36,7 @@ from tinytf.sweep.spec import Sweep
 
 STUDY_FILE = "study.journal"  # the default storage, in the sweep's folder
 HOST = socket.gethostname()
+ORPHAN_S = 60  # a trial still without its worker this long after it began lost its process between two calls
 
 
 def storage_for(folder: Path, url: str | None) -> optuna.storages.BaseStorage | str:
@@ -59,7 +63,7 @@ def open_study(sweep: Sweep, name: str, storage: optuna.storages.BaseStorage | s
     sweep file (other params, seeds, objective or sampler) is refused: its values would
     not compare. `trials` may grow, to try more settings."""
     direction = "minimize" if sweep.objective.minimize else "maximize"
-    try:
+    with storage_errors(storage):
         study = optuna.create_study(
             study_name=name,
             storage=storage,
@@ -68,13 +72,6 @@ def open_study(sweep: Sweep, name: str, storage: optuna.storages.BaseStorage | s
             direction=direction,
             load_if_exists=True,
         )
-    except ImportError:
-        raise UserError(
-            f"--storage {storage}: its database driver is not installed "
-            "(postgresql://: pip install psycopg2-binary; mysql+pymysql://: pip install pymysql)"
-        ) from None
-    except (SQLAlchemyError, ValueError, RuntimeError) as err:  # a URL of an unknown kind, a database it cannot open
-        raise UserError(f"--storage {storage}: cannot open the study {name!r}: {first_line(err)}") from None
     made_by = sweep.model_dump(mode="json", by_alias=True, exclude={"trials"})
     saved = study.user_attrs.get("sweep")
     if saved is None:
@@ -88,6 +85,20 @@ def open_study(sweep: Sweep, name: str, storage: optuna.storages.BaseStorage | s
     return study
 
 
+@contextlib.contextmanager
+def storage_errors(storage: optuna.storages.BaseStorage | str) -> Iterator[None]:
+    """A database URL that cannot be opened, or whose driver is missing, as one `UserError`."""
+    try:
+        yield
+    except ImportError:
+        raise UserError(
+            f"--storage {storage}: its database driver is not installed "
+            "(postgresql://: pip install psycopg2-binary; mysql+pymysql://: pip install pymysql)"
+        ) from None
+    except (SQLAlchemyError, ValueError, RuntimeError) as err:  # a URL of an unknown kind, a database it cannot open
+        raise UserError(f"--storage {storage}: {first_line(err)}") from None
+
+
 def saved_sweep(study: optuna.Study) -> Sweep:
     return Sweep.model_validate(study.user_attrs["sweep"])
 
@@ -95,15 +106,19 @@ def saved_sweep(study: optuna.Study) -> Sweep:
 FINAL = ("done", "pruned", "failed")  # a run's or a setting's states that no later sweep changes
 
 
-def run_state(trial: FrozenTrial, retried: bool) -> str:
-    """done, pruned, failed (for good), running, waiting, or cut short (to retry)."""
-    if trial.state == TrialState.COMPLETE:
-        return "done"
-    if trial.state == TrialState.PRUNED:
-        return "pruned"
+def run_state(trial: FrozenTrial) -> str:
+    """done, pruned, failed (for good), running, waiting, or cut short (to train again).
+
+    A run cut short by Ctrl-C (`interrupted`) is always trained again; one whose process
+    was killed, once (`kills` counts them along its retries): a run that kills its process
+    every time, or crashes it, ends as failed instead of being retried forever."""
+    if trial.state in (TrialState.COMPLETE, TrialState.PRUNED):
+        return "done" if trial.state == TrialState.COMPLETE else "pruned"
     if trial.state in (TrialState.RUNNING, TrialState.WAITING):
         return trial.state.name.lower()
-    return "failed" if "error" in trial.user_attrs or retried else "cut short"
+    if "error" in trial.user_attrs or (trial.user_attrs.get("kills", 0) and "interrupted" not in trial.user_attrs):
+        return "failed"
+    return "cut short"
 
 
 @dataclass
@@ -113,35 +128,41 @@ class Setting:
     number: int  # its first trial's
     params: dict
     runs: dict[int, FrozenTrial] = field(default_factory=dict)  # seed -> run
-    states: dict[int, str] = field(default_factory=dict)  # seed -> its run's state
+
+    def states(self) -> dict[int, str]:
+        return {seed: run_state(run) for seed, run in self.runs.items()}
 
     def state(self, seeds: int) -> str:
-        states = set(self.states.values())
+        states = set(self.states().values())
         for state in ("pruned", "failed", "running", "waiting", "cut short"):
             if state in states:
                 return state
-        return "done" if len(self.states) == seeds else "waiting"
+        return "done" if len(states) and len(self.runs) == seeds else "waiting"
+
+
+def key(trial: FrozenTrial | optuna.Trial) -> tuple[int, int | None]:
+    """(setting, seed): the run a trial trains."""
+    return trial.user_attrs.get("setting", trial.number), trial.user_attrs.get("seed")
+
+
+def counts(trial: FrozenTrial) -> bool:
+    """A trial that is, or was, a run: not surplus, and not closed before it had a seed."""
+    return "surplus" not in trial.user_attrs and ("seed" in trial.user_attrs or not trial.state.is_finished())
 
 
 def settings_of(study: optuna.Study) -> list[Setting]:
     """The study's settings in the order they were first tried."""
-    trials = [t for t in study.get_trials(deepcopy=False) if "surplus" not in t.user_attrs]
-    retried = {t.user_attrs["retry_of"] for t in trials if "retry_of" in t.user_attrs}
     settings: dict[int, Setting] = {}
-    for trial in sorted(trials, key=lambda t: t.number):
-        number = trial.user_attrs.get("setting", trial.number)
-        setting = settings.setdefault(number, Setting(number, dict(trial.params)))
-        seed = trial.user_attrs.get("seed")
-        if seed is not None:
-            setting.runs[seed] = trial
-            setting.states[seed] = run_state(trial, trial.number in retried)
+    for trial in sorted(study.get_trials(deepcopy=False), key=lambda t: t.number):
+        if counts(trial) and "seed" in trial.user_attrs:
+            number, seed = key(trial)
+            settings.setdefault(number, Setting(number, dict(trial.params))).runs[seed] = trial
     return list(settings.values())
 
 
 def pruned_settings(study: optuna.Study) -> set[int]:
     """The settings one of whose runs was pruned: their other seeds need not train."""
-    pruned = study.get_trials(deepcopy=False, states=(TrialState.PRUNED,))
-    return {trial.user_attrs.get("setting", trial.number) for trial in pruned}
+    return {key(trial)[0] for trial in study.get_trials(deepcopy=False, states=(TrialState.PRUNED,))}
 
 
 def is_fresh(trial: FrozenTrial | optuna.Trial) -> bool:
@@ -151,17 +172,23 @@ def is_fresh(trial: FrozenTrial | optuna.Trial) -> bool:
 
 def is_surplus(study: optuna.Study, trial: optuna.Trial, budget: int) -> bool:
     """True for a trial that must not train: a new setting beyond the budget (asked at
-    the same moment as the last one), or a second retry of one cut-short run."""
-    others = [t for t in study.get_trials(deepcopy=False) if t.number < trial.number]
+    the same moment as the last one), or a run that an earlier trial has, or is, training
+    (two processes queued the same seed or the same retry)."""
+    others = [t for t in study.get_trials(deepcopy=False) if t.number < trial.number and counts(t)]
     if is_fresh(trial):
         return sum(map(is_fresh, others)) >= budget
-    origin = trial.user_attrs.get("retry_of")
-    return origin is not None and any(t.user_attrs.get("retry_of") == origin for t in others)
+    return any(key(t) == key(trial) and run_state(t) != "cut short" for t in others)
+
+
+def repeats_a_setting(study: optuna.Study, trial: optuna.Trial) -> bool:
+    """A new grid setting that an earlier one already took (two processes asking at once)."""
+    others = study.get_trials(deepcopy=False)
+    return any(t.number < trial.number and is_fresh(t) and counts(t) and t.params == trial.params for t in others)
 
 
 def has_work(study: optuna.Study, budget: int) -> bool:
     """Whether a process may take a trial: a run waits, or settings are left to try."""
-    trials = study.get_trials(deepcopy=False)
+    trials = [trial for trial in study.get_trials(deepcopy=False) if counts(trial)]
     return sum(map(is_fresh, trials)) < budget or any(t.state == TrialState.WAITING for t in trials)
 
 
@@ -182,23 +209,25 @@ def queue_seeds(study: optuna.Study, setting: int, params: dict, seeds: list[int
 
 
 def retry_cut_short(study: optuna.Study, seeds: tuple[int, ...]) -> list[int]:
-    """Fail the trials this host left running in processes that are gone (killed), and
-    queue one retry for each run cut short; the numbers of the trials retried."""
+    """Fail the trials this host left running in processes that are gone (killed), queue
+    the seeds a setting's killed first trial left unqueued, and queue one more run for
+    each run cut short; the numbers of the trials to train again."""
     for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
-        worker = trial.user_attrs.get("worker", {})
-        if worker.get("host") == HOST and not _alive(worker.get("pid", 0)):
+        worker = trial.user_attrs.get("worker")
+        orphan = worker is None and time.time() - trial.datetime_start.timestamp() > ORPHAN_S
+        if orphan or (worker and worker["host"] == HOST and not _alive(worker["pid"])):
             try:
                 study.tell(trial.number, state=TrialState.FAIL)
             except ValueError:  # another process on this host failed it first
                 continue
-    retried = []
-    trials = study.get_trials(deepcopy=False)
+    trials, retried = study.get_trials(deepcopy=False), []
     for setting in settings_of(study):
         if trials[setting.number].state != TrialState.RUNNING:  # its process queued the other seeds, or died first
             queue_seeds(study, setting.number, setting.params, [seed for seed in seeds if seed not in setting.runs])
         for seed, trial in setting.runs.items():
-            if setting.states[seed] == "cut short":
-                attrs = {"setting": setting.number, "seed": seed, "retry_of": trial.number}
+            if run_state(trial) == "cut short":
+                kills = trial.user_attrs.get("kills", 0) + ("interrupted" not in trial.user_attrs)
+                attrs = {"setting": setting.number, "seed": seed, "retry_of": trial.number, "kills": kills}
                 study.enqueue_trial(trial.params, user_attrs=attrs)
                 retried.append(trial.number)
     return retried

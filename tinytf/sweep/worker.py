@@ -31,6 +31,7 @@ from tinytf.sweep.study import (
     pruned_settings,
     pruner_for,
     queue_seeds,
+    repeats_a_setting,
     sampler_for,
     storage_for,
 )
@@ -112,13 +113,15 @@ def objective(trial: optuna.Trial, job: Job, study: optuna.Study) -> float:
     trial.set_user_attr("worker", {"host": HOST, "pid": os.getpid()})
     if is_surplus(study, trial, job.sweep.budget):
         trial.set_user_attr("surplus", True)
-        raise Skipped("every setting is taken")
+        raise Skipped("every setting is taken, or this run is")
+    setting = {key: suggest(trial, key, param) for key, param in job.sweep.params.items()}
     seed = trial.user_attrs.get("seed")
     if seed is None:  # a new setting
+        if job.sweep.is_grid and repeats_a_setting(study, trial):
+            trial.set_user_attr("surplus", True)
+            raise Skipped("another process took this setting")
         seed = job.sweep.seeds[0]
         trial.set_user_attr("seed", seed)
-    setting = {key: suggest(trial, key, param) for key, param in job.sweep.params.items()}
-    if "setting" not in trial.user_attrs:
         queue_seeds(study, trial.number, trial.params, list(job.sweep.seeds[1:]))
     said = f"trial {trial.number} ({describe_setting({**setting, 'seed': seed})})"
     try:
@@ -128,7 +131,8 @@ def objective(trial: optuna.Trial, job: Job, study: optuna.Study) -> float:
     except (Skipped, optuna.TrialPruned) as err:
         print(f"{said}: {'' if isinstance(err, optuna.TrialPruned) else 'not trained: '}{err}", flush=True)
         raise
-    except CutShort:
+    except (CutShort, KeyboardInterrupt):
+        trial.set_user_attr("interrupted", True)  # by Ctrl-C: trained again, however often
         print(f"{said}: stopped; its run is saved, and the next `tinytf sweep` trains it again", flush=True)
         raise
     print(f"{said}: {job.sweep.objective.metric} {value:.4g}", flush=True)
@@ -147,28 +151,30 @@ def watch_parent(parent: int) -> None:
 
 
 def main(argv: list[str]) -> int:
-    job = Job.from_json(argv[0])
-    watch_parent(int(argv[1]))
-    import torch
-
-    torch.set_num_threads(job.threads)
-    optuna.logging.set_verbosity(optuna.logging.ERROR)  # it would log a caught exception with its traceback
-    storage = storage_for(job.folder, job.storage)
-    sampler, pruner = sampler_for(job.sweep), pruner_for(job.sweep)
-    study = optuna.load_study(study_name=job.name, storage=storage, sampler=sampler, pruner=pruner)
-    cut = []
-
-    def run(trial: optuna.Trial) -> float:
-        try:
-            return objective(trial, job, study)
-        except CutShort:
-            cut.append(trial.number)
-            raise
-
+    """Take runs until none is left; 0, or EXIT_INTERRUPTED after Ctrl-C (forwarded by the parent)."""
     try:
+        job = Job.from_json(argv[0])
+        watch_parent(int(argv[1]))
+        import torch
+
+        torch.set_num_threads(job.threads)
+        optuna.logging.set_verbosity(optuna.logging.ERROR)  # it would log a caught exception with its traceback
+        sampler, pruner = sampler_for(job.sweep), pruner_for(job.sweep)
+        study = optuna.load_study(
+            study_name=job.name, storage=storage_for(job.folder, job.storage), sampler=sampler, pruner=pruner
+        )
+        cut = []
+
+        def run(trial: optuna.Trial) -> float:
+            try:
+                return objective(trial, job, study)
+            except CutShort:
+                cut.append(trial.number)
+                raise
+
         while not cut and has_work(study, job.sweep.budget):
             study.optimize(run, n_trials=1, catch=(Skipped, CutShort))
-    except KeyboardInterrupt:  # Ctrl-C between two runs: Optuna has closed the trial as failed
+    except KeyboardInterrupt:  # Ctrl-C outside a run; a trial it cut short is closed as failed
         return EXIT_INTERRUPTED
     return EXIT_INTERRUPTED if cut else 0
 
