@@ -48,7 +48,7 @@ def test_cached_patterns_are_the_returned_attention_weights(arch):
 
 
 @pytest.mark.parametrize("arch", ARCHS)
-@pytest.mark.parametrize("norm", ["pre", "post"])
+@pytest.mark.parametrize("norm", ["pre", "post", "none"])
 def test_the_last_resid_post_gives_the_logits_through_the_final_norm_and_head(arch, norm):
     model = make_model(arch, norm=norm)
     given = inputs(arch)

@@ -27,7 +27,7 @@ def sample_inputs(arch, batch=3, length=7, source_length=5):
 
 
 @pytest.mark.parametrize("arch", ARCHS)
-@pytest.mark.parametrize("norm", ["pre", "post"])
+@pytest.mark.parametrize("norm", ["pre", "post", "none"])
 @pytest.mark.parametrize("positional", ["sinusoidal", "learned", "rope", "none"])
 def test_explicit_and_fused_attention_paths_give_the_same_logits(arch, norm, positional):
     model = make_model(arch, norm=norm, positional=positional)
@@ -319,3 +319,24 @@ def test_greedy_generation_with_and_without_cache_agree(arch):
     recomputed = greedy_generate(model, prompt, max_new=20, eos_id=3, context=context, use_cache=False)
     assert cached == recomputed
     assert any(len(answer) > 3 for answer in cached)  # an untrained model rambles: many steps compared
+
+
+@pytest.mark.parametrize("arch", ["encoder", "decoder", "encoder-decoder"])
+def test_norm_none_builds_a_model_without_any_layernorm_that_trains(arch, tmp_path):
+    from conftest import read_metrics, tiny_config
+
+    from tinytf.training import train
+
+    config, pre = tiny_config(model={"arch": arch, "norm": "none"}), tiny_config(model={"arch": arch})
+    model, with_norms = tinytf.build_model(config, 12), tinytf.build_model(pre, 12)
+    assert not any(isinstance(module, torch.nn.LayerNorm) for module in model.modules())
+    norms = [m for m in with_norms.modules() if isinstance(m, torch.nn.LayerNorm)]
+    size = sum(p.numel() for p in model.parameters())
+    assert size == sum(p.numel() for p in with_norms.parameters()) - sum(
+        p.numel() for m in norms for p in m.parameters()
+    )
+    result = train(
+        config.model_copy(update={"train": config.train.model_copy(update={"steps": 40})}), runs_dir=tmp_path
+    )
+    losses = [line["loss"] for line in read_metrics(result.run_dir) if line["split"] == "train"]
+    assert result.step == 40 and losses[-1] < losses[0]  # it learns, with no LayerNorm anywhere

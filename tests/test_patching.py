@@ -91,11 +91,10 @@ def test_a_pair_that_is_not_minimal_is_one_line(model_and_vocab, pair, message):
     assert "\n" not in str(raised.value)
 
 
-@pytest.mark.parametrize("d_ff", [64, 0])
-def test_the_contributions_add_up_to_the_logit_difference(d_ff):
-    config = config_from_dict(
-        {"task": {"name": "sentences"}, "model": {"d_model": 32, "n_heads": 4, "n_layers": 3, "d_ff": d_ff}}
-    )
+@pytest.mark.parametrize(("d_ff", "norm"), [(64, "pre"), (0, "pre"), (64, "none")])
+def test_the_contributions_add_up_to_the_logit_difference(d_ff, norm):
+    model_keys = {"d_model": 32, "n_heads": 4, "n_layers": 3, "d_ff": d_ff, "norm": norm}
+    config = config_from_dict({"task": {"name": "sentences"}, "model": model_keys})
     torch.manual_seed(1)
     task = get_task(config.task)
     model = build_model(config, len(task.vocab)).eval()
@@ -114,5 +113,5 @@ def test_the_contributions_add_up_to_the_logit_difference(d_ff):
 def test_a_post_norm_model_cannot_be_decomposed():
     config = config_from_dict({"task": {"name": "sentences"}, "model": {"d_model": 16, "n_heads": 2, "norm": "post"}})
     model = build_model(config, len(get_task(config.task).vocab)).eval()
-    with pytest.raises(UserError, match=r"needs model\.norm=pre: with post-norm a LayerNorm follows every sublayer"):
+    with pytest.raises(UserError, match=r"needs model\.norm=pre or none: with post-norm a LayerNorm follows"):
         attribute(model, torch.tensor([[1, 2, 3]]), 4, 5)

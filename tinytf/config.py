@@ -132,9 +132,9 @@ class ModelConfig(Section):
     d_ff: NonNegativeInt = Field(512, le=4 * MAX_D_MODEL)
     dropout: Annotated[float, Field(ge=0.0, lt=1.0)] = 0.0
     activation: Literal["relu", "gelu"] = "gelu"
-    # LayerNorm placement: "post" is the original Transformer (x = LN(x + f(x))),
-    # "pre" normalises the sublayer's input (x = x + f(LN(x))) and trains more easily.
-    norm: Literal["pre", "post"] = "pre"
+    # LayerNorm placement: "post" is the original Transformer (x = LN(x + f(x))), "pre"
+    # normalises the sublayer's input (x = x + f(LN(x))) and trains more easily; "none" has no LayerNorm.
+    norm: Literal["pre", "post", "none"] = "pre"
     positional: Positional = "sinusoidal"
     # The positional tables hold max_len x d_model numbers (the sinusoidal one is built
     # in float64): 65,536 positions at the default width take 64 MB.

@@ -215,9 +215,9 @@ def attribute(model: Transformer, tokens: torch.Tensor, answer: int, wrong: int)
     (part - mean(part)) / scale * gamma . (W_U[answer] - W_U[wrong]), and they add up to LD."""
     if model.decoder is None or model.encoder is not None:
         raise UserError("logit attribution reads decoder-only models (the next word after a prompt)")
-    if model.config.norm != "pre":
+    if model.config.norm == "post":
         raise UserError(
-            "logit attribution needs model.norm=pre: with post-norm a LayerNorm follows every sublayer, "
+            "logit attribution needs model.norm=pre or none: with post-norm a LayerNorm follows every sublayer, "
             "so the stream reaching the output is not a sum of the sublayers' outputs"
         )
     kept = ("embed", ".self.z", ".mlp_out", ".resid_post")  # the parts, and the stream reaching the output
@@ -225,10 +225,16 @@ def attribute(model: Transformer, tokens: torch.Tensor, answer: int, wrong: int)
     norm, layers = model.decoder.final_norm, model.decoder.layers
     direction = model.lm_head.weight[answer] - model.lm_head.weight[wrong]  # (D,)
     final = cache[f"decoder.{len(layers) - 1}.resid_post"][0, -1]  # (D,): the stream at the last position
-    scale = torch.sqrt(final.var(unbiased=False) + norm.eps)
+    if isinstance(norm, torch.nn.LayerNorm):
+        scale = torch.sqrt(final.var(unbiased=False) + norm.eps)
 
-    def through_norm(part: torch.Tensor) -> float:
-        return float(((part - part.mean()) / scale * norm.weight) @ direction)
+        def through_norm(part: torch.Tensor) -> float:
+            return float(((part - part.mean()) / scale * norm.weight) @ direction)
+
+    else:  # model.norm=none: the stream reaches the unembedding as it is
+
+        def through_norm(part: torch.Tensor) -> float:
+            return float(part @ direction)
 
     parts = [Contribution("embed", None, None, through_norm(cache["embed"][0, -1]))]
     biases = torch.zeros_like(final)
@@ -241,5 +247,6 @@ def attribute(model: Transformer, tokens: torch.Tensor, answer: int, wrong: int)
             biases += layer.self_attn.out_proj.bias
         if f"decoder.{index}.mlp_out" in cache:  # (no MLP with d_ff: 0)
             parts.append(Contribution("mlp_out", index, None, through_norm(cache[f"decoder.{index}.mlp_out"][0, -1])))
-    parts.append(Contribution("biases", None, None, through_norm(biases) + float(norm.bias @ direction)))
+    final_bias = float(norm.bias @ direction) if isinstance(norm, torch.nn.LayerNorm) else 0.0
+    parts.append(Contribution("biases", None, None, through_norm(biases) + final_bias))
     return Attribution(float(logits[0, -1, answer] - logits[0, -1, wrong]), parts)

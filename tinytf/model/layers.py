@@ -41,6 +41,7 @@ class Residual(nn.Module):
 
     post-norm (the original Transformer):  x <- LayerNorm(x + Dropout(f(x)))
     pre-norm  (GPT-2 and most since):      x <- x + Dropout(f(LayerNorm(x)))
+    no norm   (small algorithmic models):  x <- x + Dropout(f(x))
 
     Used as `h = res.sublayer_input(x)`, then `x = res.add(x, f(h))`, so that a sublayer
     may return more than its output (attention also returns its weights).
@@ -49,7 +50,7 @@ class Residual(nn.Module):
     def __init__(self, d_model: int, norm: str, dropout: float) -> None:
         super().__init__()
         self.pre_norm = norm == "pre"
-        self.norm = nn.LayerNorm(d_model)
+        self.norm = nn.LayerNorm(d_model) if norm != "none" else nn.Identity()
         self.dropout = nn.Dropout(dropout)
 
     def sublayer_input(self, x: torch.Tensor) -> torch.Tensor:
