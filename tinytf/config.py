@@ -36,8 +36,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationError, model_validator
 
 from tinytf.errors import ConfigError
-from tinytf.files import read_regular_file
-from tinytf.plain_yaml import Lines, RefusedYaml, describe_yaml_error, load_yaml
+from tinytf.plain_yaml import Lines, RefusedYaml, load_yaml, parse_yaml_text, read_yaml_file
 
 # Integers are strict (a YAML `true` or `64.5` is not a width); floats accept ints and
 # strings such as "3e-4", which YAML 1.1 would otherwise leave as a string.
@@ -280,24 +279,17 @@ def dump_config(config: Config, task_keys: Collection[str] | None = None) -> str
 
 
 def _read_document(path: str | Path) -> tuple[dict[str, Any], Lines]:
-    data = read_regular_file(path, MAX_CONFIG_BYTES, "config file", ConfigError)
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as err:
-        raise ConfigError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})") from None
-    return _parse_document(text, str(path))
+    return _sections(*read_yaml_file(path, "config file", MAX_CONFIG_BYTES), str(path))
 
 
 def _parse_document(text: str, source: str) -> tuple[dict[str, Any], Lines]:
     """The document's mapping of sections, and the line of each key in it."""
     if len(text) > MAX_CONFIG_BYTES or len(text.encode("utf-8", "surrogatepass")) > MAX_CONFIG_BYTES:
         raise ConfigError(f"{source}: the config is longer than {MAX_CONFIG_BYTES:,} bytes; is it the right file?")
-    try:
-        data, lines = load_yaml(text)
-    except RefusedYaml as err:
-        raise ConfigError(f"{source}: {err}") from None
-    except yaml.YAMLError as err:
-        raise ConfigError(f"{source}: {describe_yaml_error(err)}") from None
+    return _sections(*parse_yaml_text(text, source), source)
+
+
+def _sections(data: Any, lines: Lines, source: str) -> tuple[dict[str, Any], Lines]:
     if data is None:  # an empty file means "all defaults"
         data = {}
     if not isinstance(data, dict):

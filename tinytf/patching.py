@@ -225,16 +225,13 @@ def attribute(model: Transformer, tokens: torch.Tensor, answer: int, wrong: int)
     norm, layers = model.decoder.final_norm, model.decoder.layers
     direction = model.lm_head.weight[answer] - model.lm_head.weight[wrong]  # (D,)
     final = cache[f"decoder.{len(layers) - 1}.resid_post"][0, -1]  # (D,): the stream at the last position
-    if isinstance(norm, torch.nn.LayerNorm):
-        scale = torch.sqrt(final.var(unbiased=False) + norm.eps)
+    layer_norm = isinstance(norm, torch.nn.LayerNorm)  # model.norm=none: the stream reaches W_U as it is
+    scale = torch.sqrt(final.var(unbiased=False) + norm.eps) if layer_norm else 1.0
+    gamma = norm.weight if layer_norm else 1.0
 
-        def through_norm(part: torch.Tensor) -> float:
-            return float(((part - part.mean()) / scale * norm.weight) @ direction)
-
-    else:  # model.norm=none: the stream reaches the unembedding as it is
-
-        def through_norm(part: torch.Tensor) -> float:
-            return float(part @ direction)
+    def through_norm(part: torch.Tensor) -> float:
+        centred = part - part.mean() if layer_norm else part
+        return float((centred / scale * gamma) @ direction)
 
     parts = [Contribution("embed", None, None, through_norm(cache["embed"][0, -1]))]
     biases = torch.zeros_like(final)
@@ -247,6 +244,6 @@ def attribute(model: Transformer, tokens: torch.Tensor, answer: int, wrong: int)
             biases += layer.self_attn.out_proj.bias
         if f"decoder.{index}.mlp_out" in cache:  # (no MLP with d_ff: 0)
             parts.append(Contribution("mlp_out", index, None, through_norm(cache[f"decoder.{index}.mlp_out"][0, -1])))
-    final_bias = float(norm.bias @ direction) if isinstance(norm, torch.nn.LayerNorm) else 0.0
+    final_bias = float(norm.bias @ direction) if layer_norm else 0.0
     parts.append(Contribution("biases", None, None, through_norm(biases) + final_bias))
     return Attribution(float(logits[0, -1, answer] - logits[0, -1, wrong]), parts)

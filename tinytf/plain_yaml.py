@@ -6,14 +6,19 @@ into billions of values), for nesting deeper than `MAX_DEPTH` (PyYAML builds nes
 recursively: a few thousand levels overflow Python's stack), for a merge key (`<<`) and for
 a key given twice in one mapping (YAML would silently keep the last one). It also returns the line of every key,
 for error messages. Text that is not YAML raises `yaml.YAMLError`; `describe_yaml_error`
-says why in one line.
+says why in one line. `parse_yaml_text` and `read_yaml_file` (configs, sweep files) turn
+every such problem into one `ConfigError` naming the document.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import yaml
+
+from tinytf.errors import ConfigError
+from tinytf.files import read_regular_file
 
 MAX_DEPTH = 32  # nesting of mappings and lists (a valid config nests 3 deep: train.betas)
 
@@ -34,6 +39,27 @@ def load_yaml(text: str) -> tuple[Any, Lines]:
         return (None if node is None else loader.construct_document(node)), _key_lines(node)
     finally:
         loader.dispose()
+
+
+def parse_yaml_text(text: str, source: str) -> tuple[Any, Lines]:
+    """`load_yaml`, with a document it refuses or cannot parse a `ConfigError` naming `source` and the line."""
+    try:
+        return load_yaml(text)
+    except RefusedYaml as err:
+        raise ConfigError(f"{source}: {err}") from None
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{source}: {describe_yaml_error(err)}") from None
+
+
+def read_yaml_file(path: str | Path, what: str, max_bytes: int) -> tuple[Any, Lines]:
+    """`parse_yaml_text` of the file at `path`: a regular file (see `read_regular_file`; `what`
+    names its role) of at most `max_bytes` of UTF-8 text, or a `ConfigError` naming it."""
+    data = read_regular_file(path, max_bytes, what, ConfigError)
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"{path}: not UTF-8 text ({err.reason} at byte {err.start})") from None
+    return parse_yaml_text(text, str(path))
 
 
 def describe_yaml_error(err: yaml.YAMLError) -> str:

@@ -68,7 +68,7 @@ def run_sweep(
     done = [s for s in settings_of(study) if s.state(len(sweep.seeds)) in FINAL]
     if len(done) >= sweep.budget:
         say(f"sweep {name}: finished, {len(done)} settings; see them with: tinytf sweep show {folder}")
-        return Outcome(folder, True, False, False, retried)
+        return Outcome(folder, finished=True, ran=False, interrupted=False, retried=retried)
     threads = max(1, available_cores() // workers)
     say(
         f"sweep {name}: {sweep.budget} settings x {len(sweep.seeds)} seeds ({len(done)} settings done), "
@@ -79,7 +79,8 @@ def run_sweep(
     finished = sum(s.state(len(sweep.seeds)) in FINAL for s in settings_of(study)) >= sweep.budget
     interrupted = {EXIT_INTERRUPTED, -signal.SIGINT}  # a worker Ctrl-C reached before it could say so
     failed = sum(code not in (0, *interrupted) for code in codes)
-    return Outcome(folder, finished, True, bool(interrupted & set(codes)), retried, failed)
+    stopped = bool(interrupted & set(codes))
+    return Outcome(folder, finished, ran=True, interrupted=stopped, retried=retried, failed_workers=failed)
 
 
 def _run_workers(job: Job, workers: int) -> list[int]:

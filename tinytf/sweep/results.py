@@ -137,15 +137,9 @@ def _csv(results: Results) -> str:
         ["rank", "trial", "state", *keys, "value", *seed_columns, "mean", "worst", "seconds", "runs", "note"]
     )
     for row in results.rows:
-        cells = [row.rank, row.trial, row.state, *(row.params.get(key) for key in keys), row.value]
-        cells += [row.seeds.get(seed) for seed in seeds] + [
-            row.mean,
-            row.worst,
-            row.seconds,
-            " ".join(row.runs),
-            row.note,
-        ]
-        writer.writerow(cells)
+        params, values = [row.params.get(key) for key in keys], [row.seeds.get(seed) for seed in seeds]
+        summary = [row.mean, row.worst, row.seconds, " ".join(row.runs), row.note]
+        writer.writerow([row.rank, row.trial, row.state, *params, row.value, *values, *summary])
     return buffer.getvalue()
 
 

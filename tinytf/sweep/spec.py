@@ -26,14 +26,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, ValidationError, model_validator
 
 from tinytf.config import MAX_CONFIG_BYTES, Config
 from tinytf.errors import ConfigError
 from tinytf.experiment import load_config
-from tinytf.files import read_regular_file
-from tinytf.plain_yaml import Lines, RefusedYaml, describe_yaml_error, load_yaml
+from tinytf.plain_yaml import Lines, read_yaml_file
 
 METRICS = ("time_to_target", "steps_to_target", "val_loss", "val_seq_acc", "val_token_acc")
 MINIMIZED = ("time_to_target", "steps_to_target", "val_loss")  # the default direction of each metric
@@ -151,13 +149,7 @@ def overrides(setting: dict[str, Value], seed: int | None = None) -> list[str]:
 def load_sweep(path: str | Path) -> tuple[Sweep, Path, Config]:
     """The sweep file at `path`, its base config's path and the base config, all checked."""
     path = Path(path)
-    text = read_regular_file(path, MAX_CONFIG_BYTES, "sweep file", ConfigError).decode("utf-8", "replace")
-    try:
-        data, lines = load_yaml(text)
-    except RefusedYaml as err:
-        raise ConfigError(f"{path}: {err}") from None
-    except yaml.YAMLError as err:
-        raise ConfigError(f"{path}: {describe_yaml_error(err)}") from None
+    data, lines = read_yaml_file(path, "sweep file", MAX_CONFIG_BYTES)
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping with base, params, seeds, objective...")
     try:

@@ -19,7 +19,6 @@ attributes:
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import socket
 import time
@@ -88,15 +87,16 @@ def open_study(sweep: Sweep, name: str, storage: optuna.storages.BaseStorage | s
 @contextlib.contextmanager
 def storage_errors(storage: optuna.storages.BaseStorage | str) -> Iterator[None]:
     """A database URL that cannot be opened, or whose driver is missing, as one `UserError`."""
+    where = f"--storage {storage}" if isinstance(storage, str) else STUDY_FILE
     try:
         yield
     except ImportError:
         raise UserError(
-            f"--storage {storage}: its database driver is not installed "
+            f"{where}: its database driver is not installed "
             "(postgresql://: pip install psycopg2-binary; mysql+pymysql://: pip install pymysql)"
         ) from None
     except (SQLAlchemyError, ValueError, RuntimeError) as err:  # a URL of an unknown kind, a database it cannot open
-        raise UserError(f"--storage {storage}: {first_line(err)}") from None
+        raise UserError(f"{where}: {first_line(err)}") from None
 
 
 def saved_sweep(study: optuna.Study) -> Sweep:
@@ -137,7 +137,7 @@ class Setting:
         for state in ("pruned", "failed", "running", "waiting", "cut short"):
             if state in states:
                 return state
-        return "done" if len(states) and len(self.runs) == seeds else "waiting"
+        return "done" if self.runs and len(self.runs) == seeds else "waiting"
 
 
 def key(trial: FrozenTrial | optuna.Trial) -> tuple[int, int | None]:
@@ -231,7 +231,3 @@ def retry_cut_short(study: optuna.Study, seeds: tuple[int, ...]) -> list[int]:
                 study.enqueue_trial(trial.params, user_attrs=attrs)
                 retried.append(trial.number)
     return retried
-
-
-def describe_setting(params: dict) -> str:
-    return ", ".join(f"{key}={json.dumps(value)}" for key, value in params.items())

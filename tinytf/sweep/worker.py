@@ -25,7 +25,6 @@ from tinytf.loggers import NullLogger
 from tinytf.sweep.spec import EXIT_INTERRUPTED, Job, Param, overrides
 from tinytf.sweep.study import (
     HOST,
-    describe_setting,
     has_work,
     is_surplus,
     pruned_settings,
@@ -123,7 +122,7 @@ def objective(trial: optuna.Trial, job: Job, study: optuna.Study) -> float:
         seed = job.sweep.seeds[0]
         trial.set_user_attr("seed", seed)
         queue_seeds(study, trial.number, trial.params, list(job.sweep.seeds[1:]))
-    said = f"trial {trial.number} ({describe_setting({**setting, 'seed': seed})})"
+    said = f"trial {trial.number} ({', '.join(overrides(setting, seed))})"
     try:
         if trial.user_attrs.get("setting") in pruned_settings(study):
             raise optuna.TrialPruned("not trained: another seed of its setting was pruned")
