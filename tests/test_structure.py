@@ -56,11 +56,13 @@ def test_the_import_graph_has_no_cycle():
 
 
 def test_the_config_schema_imports_nothing_of_tinytf_but_its_errors_and_file_readers():
-    assert imported_modules(MODULES["tinytf.config"]) <= {"tinytf.errors", "tinytf.files", "tinytf.plain_yaml"}
+    schema_layer = {"tinytf.config_keys", "tinytf.errors", "tinytf.files", "tinytf.plain_yaml"}
+    assert imported_modules(MODULES["tinytf.config"]) <= schema_layer
+    assert imported_modules(MODULES["tinytf.config_keys"]) <= schema_layer
     assert imported_modules(MODULES["tinytf.errors"]) == set()
     program = "import sys, tinytf.config\nprint(sorted(m for m in sys.modules if m.startswith(('tinytf', 'torch'))))"
     result = subprocess.run([sys.executable, "-c", program], cwd=ROOT, capture_output=True, text=True, timeout=60)
-    expected = ["tinytf", "tinytf.config", "tinytf.errors", "tinytf.files", "tinytf.plain_yaml"]
+    expected = ["tinytf", "tinytf.config", "tinytf.config_keys", "tinytf.errors", "tinytf.files", "tinytf.plain_yaml"]
     assert result.stdout.strip() == str(expected), result.stderr
 
 

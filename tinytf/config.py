@@ -27,7 +27,6 @@ in `tinytf.experiment`, and run through the `check` hook of the readers below: u
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Callable, Collection, Iterable, Mapping
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -35,8 +34,9 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationError, model_validator
 
+from tinytf.config_keys import KeyTree, Sources, kind, parse_override
 from tinytf.errors import ConfigError
-from tinytf.plain_yaml import Lines, RefusedYaml, load_yaml, parse_yaml_text, read_yaml_file
+from tinytf.plain_yaml import Lines, parse_yaml_text, read_yaml_file
 
 # Integers are strict (a YAML `true` or `64.5` is not a width); floats accept ints and
 # strings such as "3e-4", which YAML 1.1 would otherwise leave as a string.
@@ -231,7 +231,7 @@ class Config(Section):
 
 # --------------------------------------------------------------------------- loading
 
-Sources = dict[tuple[str, ...], str]  # a key path an override set -> "--set KEY=VALUE", in the order given
+KEYS = KeyTree(Config)  # the dotted keys overrides set and errors name
 
 
 def read_config(path: str | Path, overrides: Iterable[str] = (), check: Check | None = None) -> Config:
@@ -294,7 +294,7 @@ def _sections(data: Any, lines: Lines, source: str) -> tuple[dict[str, Any], Lin
         data = {}
     if not isinstance(data, dict):
         sections = ", ".join(Config.model_fields)
-        raise ConfigError(f"{source}: expected a mapping of sections ({sections}), got {_kind(data)}")
+        raise ConfigError(f"{source}: expected a mapping of sections ({sections}), got {kind(data)}")
     return data, lines
 
 
@@ -306,13 +306,13 @@ def _validate(
     data = _deep_copy(data)
     override_sources: Sources = {}
     for text in overrides:
-        key_path, value = _parse_override(text)
-        _set_dotted(data, key_path, value, text)
+        key_path, value = parse_override(text)
+        KEYS.set_dotted(data, key_path, value, text)
         override_sources[key_path] = f"--set {text}"
     try:
         config = Config.model_validate(data)
     except ValidationError as err:
-        messages = [_describe_error(error, source, lines, override_sources) for error in err.errors()]
+        messages = [KEYS.describe_error(error, source, lines, override_sources) for error in err.errors()]
         more = f" (and {len(messages) - 1} more: {'; '.join(messages[1:])})" if len(messages) > 1 else ""
         raise ConfigError(messages[0] + more) from None
     if check is not None:
@@ -320,121 +320,9 @@ def _validate(
             check(config)
         except ConfigProblem as problem:
             locs = [tuple(key.split(".")) for key in problem.keys]
-            raise ConfigError(f"{_where(locs, (), source, lines, override_sources)}: {problem}") from None
+            raise ConfigError(f"{KEYS.where(locs, (), source, lines, override_sources)}: {problem}") from None
     return config
-
-
-# --------------------------------------------------------------------------- overrides
-
-
-def _parse_override(text: str) -> tuple[tuple[str, ...], Any]:
-    """``"model.d_model=64"`` -> ``(("model", "d_model"), 64)``; values are YAML scalars."""
-    key, sep, raw = text.partition("=")
-    key = key.strip()
-    if not sep or not key or any(not part for part in key.split(".")):
-        raise ConfigError(f"--set {text}: expected KEY=VALUE with a dotted key, e.g. --set model.d_model=64")
-    try:
-        value = load_yaml(raw)[0] if raw.strip() else None
-    except RefusedYaml as err:
-        raise ConfigError(f"--set {text}: {err}") from None
-    except yaml.YAMLError:
-        value = raw  # not YAML: keep the string and let validation judge it
-    return tuple(key.split(".")), value
-
-
-def _set_dotted(data: dict[str, Any], key_path: tuple[str, ...], value: Any, text: str) -> None:
-    """data[a][b][c] = value for key_path (a, b, c), checking each key against the schema."""
-    node = data
-    for depth, part in enumerate(key_path):
-        section_loc = key_path[:depth]
-        if part not in _allowed_keys(section_loc):
-            dotted = ".".join(key_path[: depth + 1])
-            raise ConfigError(f"--set {text}: {dotted}: {_unknown_key_message(section_loc, part)}")
-        if depth == len(key_path) - 1:
-            node[part] = value
-        elif _section_model(key_path[: depth + 1]) is None:
-            raise ConfigError(f"--set {text}: {'.'.join(key_path[: depth + 1])} is a value, not a section")
-        else:
-            node = node.setdefault(part, {})
-            if not isinstance(node, dict):
-                dotted = ".".join(key_path[: depth + 1])
-                raise ConfigError(f"--set {text}: {dotted} should be a section, but the config gives it {_kind(node)}")
 
 
 def _deep_copy(data: Mapping[str, Any]) -> dict[str, Any]:
     return {key: _deep_copy(value) if isinstance(value, Mapping) else value for key, value in data.items()}
-
-
-# --------------------------------------------------------------------------- error messages
-
-
-def _describe_error(error: Any, source: str, lines: Lines, override_sources: Sources) -> str:
-    """One pydantic error: where, the dotted key, and pydantic's own message; or ours for an
-    unknown key (with the allowed keys) and for a section's cross-field check."""
-    loc = tuple(str(part) for part in error["loc"])
-    named: tuple[str, ...] = ()
-    message = error["msg"]
-    if error["type"] == "extra_forbidden":
-        message = _unknown_key_message(loc[:-1], loc[-1])
-    elif error["type"] == "value_error":  # raised by a model_validator of ours
-        problem = error["ctx"]["error"]
-        message, named = str(problem), getattr(problem, "keys", ())
-    return f"{_where([loc], named, source, lines, override_sources)}: {'.'.join(loc) or 'config'}: {message}"
-
-
-def _where(
-    locs: list[tuple[str, ...]], named: tuple[str, ...], source: str, lines: Lines, override_sources: Sources
-) -> str:
-    """Who gave the keys at `locs`: the `--set`(s) at fault (see `_blame`), else `source`
-    and the line of the deepest of them (or of a section above it) that the file has."""
-    blamed = next((who for who in (_blame(loc, named, override_sources) for loc in locs) if who), None)
-    if blamed:
-        return blamed
-    found = max((loc[:n] for loc in locs for n in range(len(loc), 0, -1) if loc[:n] in lines), key=len, default=None)
-    return source if found is None else f"{source}: line {lines[found]}"
-
-
-def _blame(loc: tuple[str, ...], named: tuple[str, ...], override_sources: Sources) -> str | None:
-    """The override(s) at fault for an error at `loc` ("--set ..."), or None for the config file.
-
-    The override that set the key at `loc` or one above it (train.betas for train.betas.1).
-    Failing that, when `loc` is a section (a cross-field check of the whole section, such
-    as model: d_model % n_heads), the overrides of the keys the check `named`; if it named
-    none, the first override inside the section.
-    """
-    exact = next((override_sources[loc[:n]] for n in range(len(loc), 0, -1) if loc[:n] in override_sources), None)
-    if exact is not None or not loc or _section_model(loc) is None:
-        return exact
-    inside = [key for key in override_sources if len(key) > len(loc) and key[: len(loc)] == loc]
-    if not named:
-        return override_sources[inside[0]] if inside else None
-    return " ".join(dict.fromkeys(override_sources[key] for key in inside if key[len(loc)] in named)) or None
-
-
-def _unknown_key_message(section_loc: tuple[str, ...], key: str) -> str:
-    allowed = _allowed_keys(section_loc)
-    suggestion = difflib.get_close_matches(key, allowed, n=1, cutoff=0.6)
-    hint = f"did you mean '{suggestion[0]}'?" if suggestion else f"allowed: {', '.join(allowed)}"
-    return f"unknown key ({hint})"
-
-
-def _section_model(loc: tuple[str, ...]) -> type[BaseModel] | None:
-    """The section class at `loc` (() is the whole Config), or None if `loc` is a value (or no key)."""
-    model: type[BaseModel] = Config
-    for part in loc:
-        field = model.model_fields.get(part)
-        annotation = field.annotation if field is not None else None
-        if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
-            return None
-        model = annotation
-    return model
-
-
-def _allowed_keys(section_loc: tuple[str, ...]) -> list[str]:
-    """The keys that the section at `section_loc` accepts."""
-    model = _section_model(section_loc)
-    return list(model.model_fields) if model is not None else []
-
-
-def _kind(value: Any) -> str:
-    return {dict: "a mapping", list: "a list", str: "a string"}.get(type(value), type(value).__name__)
