@@ -214,3 +214,45 @@ def test_viewer_screenshot_sizes_prints_a_line_per_config():
     assert [line.split(":")[0] for line in lines] == configs
     assert lines[1].startswith("configs/rasp/sort.yaml: 2 layers x 1 heads, 2 attentions, input of ")
     assert all(" bytes in " in line for line in lines)
+
+
+# ---- grokking.py
+
+
+def fake_run(folder, seed, train_set, held_out):
+    """A run folder whose metrics.jsonl holds these accuracies, every 100 steps from step 100."""
+    folder.mkdir()
+    (folder / "config.yaml").write_text(f"task:\n  name: modular-add\nseed: {seed}\n")
+    records = []
+    for i, (on_train, on_held_out) in enumerate(zip(train_set, held_out, strict=True)):
+        step = 100 * (i + 1)
+        records += [
+            {"step": step, "split": "train", "loss": 1.0, "weight_norm": 30.0 - i},
+            {"step": step, "split": "val", "seq_acc": on_held_out},
+            {"step": step, "split": "train_set", "seq_acc": on_train},
+            {"step": step, "split": "fourier", "norms": [1.0, 0.5, 2.0 + i]},
+        ]
+    (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    return folder
+
+
+def test_grokking_finds_when_each_run_memorised_and_generalised(tmp_path):
+    # s1 = 200 with 10% held out; s2 = 1000 = 5 x s1: groks. The early run generalises by 400: 2 x s1.
+    groks = fake_run(tmp_path / "groks", 3, [0.5, 0.995] + [1.0] * 8, [0.02, 0.1, 0.1] + [0.2] * 6 + [0.99])
+    early = fake_run(tmp_path / "early", 4, [0.5, 0.995, 1.0, 1.0], [0.1, 0.2, 0.5, 1.0])
+    control = fake_run(tmp_path / "control", 0, [0.99, 1.0, 1.0], [0.01, 0.02, 0.02])
+    out = tmp_path / "grokking.png"
+    header = "| run | seed | s1 (train 99%) | held-out at s1 | s2 (held-out 99%) | s2 / s1 | groks |"
+    done = run_script("scripts/grokking.py", groks, early, "--control", control, "--out", out, "--check", returncode=1)
+    assert table(done.stdout, header) == [
+        ["groks", "3", "200", "10.0%", "1000", "5.0", "yes"],
+        ["early", "4", "200", "20.0%", "400", "2.0", "no"],
+        ["control (control)", "0", "100", "1.0%", "not by 300 (2.0%)", "-", "no"],
+    ]
+    assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    run_script("scripts/grokking.py", groks, "--check")  # every run groks: exit 0
+    assert_one_line_error(run_script("scripts/grokking.py", tmp_path, returncode=2), "not a run folder")
+    (tmp_path / "metrics.jsonl").write_text(
+        '{"step": 1, "split": "val", "seq_acc": 0.5}\n'
+    )  # a task without a training set
+    assert_one_line_error(run_script("scripts/grokking.py", tmp_path, returncode=2), "no train_set metrics")

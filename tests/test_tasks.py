@@ -103,6 +103,7 @@ SYMBOL_TASKS = sorted(name for name, cls in TASKS.items() if issubclass(cls, Sym
 OWN_TESTS = {
     "add": "test_add_matches_integer_addition",
     "induction": "test_induction_repeats_a_random_sequence_once",
+    "modular-add": "test_modular_add_lists_every_sum_modulo_p_once",
     "sentences": "test_sentences_verbs_agree_with_their_subject",
     "text": "test_text_task_cuts_training_and_held_out_windows_from_disjoint_regions",
 }
@@ -133,6 +134,17 @@ def test_add_matches_integer_addition(digits, answer_order):
         assert target == ref_add(source, answer_order)
     numbers = [len("".join(source).split("+")[0]) for source, _ in examples]
     assert set(numbers) == set(range(1, digits + 1))  # every size of number occurs
+
+
+@pytest.mark.parametrize("p", [2, 7, 113])
+def test_modular_add_lists_every_sum_modulo_p_once(p):
+    task = get_task(task_config("modular-add", modulus=p))
+    table = task.table()
+    examples = [
+        tuple(map(int, [*task.render(s).split(), task.render(t)])) for s, t in map(table.example, range(len(table)))
+    ]
+    assert sorted(examples) == [(a, b, (a + b) % p) for a in range(p) for b in range(p)]
+    assert task.vocab.decode(task.residue_ids().tolist()) == [str(n) for n in range(p)]
 
 
 @pytest.mark.parametrize("name", ["dyck-1", "dyck-2"])

@@ -121,6 +121,13 @@ def test_learning_rate_warms_up_then_decays():
     assert factors[-1] == pytest.approx(0.1, abs=1e-3)
 
 
+def test_a_constant_schedule_holds_the_rate_after_the_warm_up():
+    settings = tiny_config(train={"lr": 0.5, "steps": 100, "warmup_steps": 10, "schedule": "constant"}).train
+    factors = [learning_rate(step, settings) for step in range(100)]
+    assert factors[:10] == pytest.approx([0.05 * (step + 1) for step in range(10)])
+    assert factors[10:] == [0.5] * 90
+
+
 def test_a_shorter_decay_ends_early_and_then_holds_a_tenth(tmp_path):
     factors = [factor(step, 10, 50) for step in range(100)]
     assert factors[30] < factor(30, 10, 100)

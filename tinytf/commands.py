@@ -120,7 +120,7 @@ def first_held_out(loaded: LoadedRun, n: int | None) -> Pairs:
     """The run's first `n` held-out examples (all of them for None): a `UserError` if the
     task's data file changed since training, or if there are fewer than `n`."""
     check_data(loaded.run_dir, loaded.task)
-    held_out = TaskData(loaded.task, loaded.config.seed, loaded.config.task.eval_size).held_out
+    held_out = TaskData(loaded.task, loaded.config.seed).held_out
     if n is not None and n > len(held_out):
         raise UserError(f"--n {n}: the run's held-out set has {len(held_out)} examples (task.eval_size)")
     return held_out if n is None else held_out[:n]

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, Strict, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PlainValidator, Strict, ValidationError, model_validator
 
 from tinytf.config_keys import KeyTree, Sources, kind, parse_override
 from tinytf.errors import ConfigError
@@ -90,6 +90,7 @@ class _SectionCheck(ValueError):
 # The longest example, in tokens, a task may produce: data.py fingerprints each example
 # (to keep held-out examples out of training) with this many weights.
 MAX_EXAMPLE_TOKENS = 4096
+DEFAULT_EVAL_SIZE = 1000  # held-out examples when task.eval_size is unset
 
 
 class TaskConfig(Section):
@@ -110,9 +111,13 @@ class TaskConfig(Section):
     bos: Bool = False  # a <bos> position before the source (a place for "global" attention)
     path: str | None = None  # text: the UTF-8 file to model
     tokenizer: Literal["char", "word"] = "char"  # text: how to split it
-    # Held-out examples, disjoint from training. The whole set is drawn and fingerprinted at
-    # once, and evaluated at every eval: a million default-sized ones take 0.5 s and 200 MB to draw.
-    eval_size: PositiveInt = Field(1000, le=1_000_000)
+    # modular-add: (a + b) mod modulus, trained on a fixed, seeded train_fraction of the
+    # modulus² pairs; the rest is held out. A million pairs at most.
+    modulus: Annotated[int, Strict(), Field(ge=2, le=1000)] = 113
+    train_fraction: Annotated[float, Field(gt=0.0, lt=1.0)] = 0.3
+    # Held-out examples, disjoint from training; unset: DEFAULT_EVAL_SIZE, or all a fixed table leaves
+    # out. Drawn at once, evaluated at every eval: a million default-sized ones take 0.5 s and 200 MB.
+    eval_size: Annotated[PositiveInt, Field(le=1_000_000)] | None = None
 
 
 class ModelConfig(Section):
@@ -163,18 +168,38 @@ class ModelConfig(Section):
         return self.d_model // self.n_heads
 
 
+MAX_BATCH = 65_536
+
+
+def _examples_or_all(value: object) -> int | str:
+    """train.batch_size: a number of examples in 1..MAX_BATCH, or "all" (checked here, so
+    that a wrong value gets one message rather than one per accepted type)."""
+    if value == "all":
+        return value
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ValueError("Input should be a valid integer, or all")
+    if not 0 < value <= MAX_BATCH:
+        raise ValueError(
+            "Input should be greater than 0" if value <= 0 else f"Input should be less than or equal to {MAX_BATCH}"
+        )
+    return value
+
+
 class TrainConfig(Section):
     """The optimisation loop."""
 
     steps: PositiveInt = Field(2000, le=MAX_STEPS)
     # Examples per step, drawn and framed at once: 65,536 default-sized ones take a few MB,
-    # but the activations grow with batch_size x length x d_model.
-    batch_size: PositiveInt = Field(64, le=65_536)
+    # but the activations grow with batch_size x length x d_model. all: every step trains on
+    # the whole training set of a task that has a fixed one (modular-add): full-batch training.
+    batch_size: Annotated[int | Literal["all"], PlainValidator(_examples_or_all)] = 64
     # adamw: AdamW on every weight. muon: Muon on the hidden matrices (attention and
     # feed-forward projections), AdamW on the rest, both at `lr` (tinytf/optim.py).
     optimizer: Literal["adamw", "muon"] = "adamw"
     lr: Annotated[float, Field(gt=0.0)] = 1e-3
     warmup_steps: NonNegativeInt = Field(100, le=MAX_STEPS)
+    # After the warm-up: cosine decay to lr / 10, or the constant lr (as grokking studies train).
+    schedule: Literal["cosine", "constant"] = "cosine"
     # The cosine decay's length, counted from step 0: after it the rate stays at lr / 10.
     # None: train.steps. Shorter than steps, the decay ends early and the rest of the
     # budget trains at the low rate (a stop_at_accuracy run may stop anywhere in it).

@@ -20,13 +20,23 @@ class TaskData:
     The held-out examples come from their own seed. Training batches are drawn from
     the training seed, and any example that equals a held-out one is redrawn, so the
     held-out score always measures generalisation, even for tasks with few examples.
+    A task with a fixed training set (a `TableTask`) splits its table once, by the seed
+    too, and training batches come from `train_set` alone.
+
+    eval_size: how many held-out examples; None: the task's own (`Task.held_out_size`).
     """
 
-    def __init__(self, task: Task, seed: int, eval_size: int) -> None:
+    def __init__(self, task: Task, seed: int, eval_size: int | None = None) -> None:
         self.task = task
         self.generator = torch.Generator().manual_seed(seed)
-        held_out = task.held_out(eval_size, torch.Generator().manual_seed(_held_out_seed(seed)))
-        self._held_out_hashes = None
+        split_generator = torch.Generator().manual_seed(_held_out_seed(seed))
+        self.train_set: Pairs | None = None  # the whole training set, where the task has a fixed one
+        self._held_out_hashes, self._held_out_share = None, 0.0  # nothing to avoid in a fixed split
+        split = task.fixed_split(split_generator)
+        if split is not None:
+            self.train_set, self.held_out = split[0], split[1][:eval_size]
+            return
+        held_out = task.held_out(eval_size or task.held_out_size(), split_generator)
         if not task.held_out_is_disjoint:
             # Distinct examples only: in a small task, repeats would weigh some examples twice.
             hashes = example_hashes(held_out)
@@ -60,7 +70,12 @@ class TaskData:
         return math.ceil((n + 3 * math.sqrt(n * share)) / (1 - share))
 
     def train_pairs(self, n: int) -> Pairs:
-        """n training examples, none of them in the held-out set."""
+        """n training examples, none of them in the held-out set. From a fixed training set:
+        n distinct ones, at random, or the whole set when n is its size."""
+        if self.train_set is not None:
+            if n >= len(self.train_set):
+                return self.train_set
+            return self.train_set[torch.randperm(len(self.train_set), generator=self.generator)[:n]]
         pairs = self.task.sample(self._draws_for(n), self.generator)
         if self._held_out_hashes is None:
             return pairs

@@ -20,6 +20,7 @@ answers when they are to be shown.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import torch
@@ -125,3 +126,42 @@ def predict(
     answers = framing.answer_typed(model, sources, progress=progress)
     vocab = framing.vocab
     return [(vocab.decode(source), vocab.decode(answer)) for source, answer in zip(sources, answers, strict=True)]
+
+
+class TrainingWindow:
+    """Training metrics averaged over the steps since the last log. The loss is summed on
+    the device; it is read back when logged (and kept in checkpoints)."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.loss_sum = torch.zeros((), device=device)
+        self.steps, self.tokens, self.start = 0, 0, time.perf_counter()
+        self.tokens_per_s = 0.0  # of the latest closed window
+
+    def count_tokens(self, n: int) -> None:
+        self.tokens += n
+
+    def add_loss(self, loss: torch.Tensor) -> None:
+        self.loss_sum += loss
+        self.steps += 1
+
+    def summary(self, correct: Correct, grad_norm, lr: float, model: nn.Module) -> dict[str, float]:
+        """The window's metrics (token/seq accuracy: `correct`, of its last batch; the weight
+        norm: `model`'s now); starts a new window."""
+        self.tokens_per_s = self.tokens / max(time.perf_counter() - self.start, 1e-9)
+        values = {
+            "loss": float(self.loss_sum) / max(self.steps, 1),
+            **correct.rates(),
+            "lr": lr,
+            "tokens_per_s": self.tokens_per_s,
+        }
+        if grad_norm is not None:
+            values["grad_norm"] = float(grad_norm)
+        values["weight_norm"] = weight_norm(model)
+        self.loss_sum.zero_()
+        self.steps, self.tokens, self.start = 0, 0, time.perf_counter()
+        return values
+
+
+def weight_norm(model: nn.Module) -> float:
+    """The norm of every weight of `model` as one vector: what weight decay shrinks."""
+    return float(torch.linalg.vector_norm(torch.stack([p.detach().norm() for p in model.parameters()])))

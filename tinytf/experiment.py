@@ -7,7 +7,8 @@ which knows no task) and the task registry and framings (which know no files).
 The schema checks each value on its own. `check_config` checks what needs the task
 registry, and is the one place that does: the task exists and works with the
 architecture, every task key that is set is one the task uses, the task's own settings
-make sense (its file exists...), and its sequences fit `model.max_len`. `load_config`,
+make sense (its file exists...), its sequences fit `model.max_len`, and `train.batch_size`
+fits its training set. `load_config`,
 `build_model` and training all call it, so `tinytf config show` and `tinytf train`
 accept and refuse the same configs. Nothing here imports torch.
 """
@@ -93,6 +94,7 @@ def check_config(config: Config, *, data: bool = True) -> Config:
     framing = get_framing(task, arch)
     _check_task_keys(config, task, framing)
     _check_model_keys(config)
+    _check_batch_size(config, task)
     if data:
         task.check()
     longest = max(framing.model_lengths())
@@ -180,6 +182,23 @@ def _check_model_keys(config: Config) -> None:
                 f"model.{key}",
                 "model.arch",
             )
+
+
+def _check_batch_size(config: Config, task: Task) -> None:
+    """`train.batch_size: all` needs a fixed training set, and no batch may be larger than one."""
+    batch, size = config.train.batch_size, task.train_size()
+    if batch == "all" and size is None:
+        raise ConfigProblem(
+            f"train.batch_size: all trains on a fixed training set, but task {task.name!r} draws fresh "
+            f"examples at every step; give a number",
+            "train.batch_size",
+        )
+    if batch != "all" and size is not None and batch > size:
+        raise ConfigProblem(
+            f"train.batch_size={batch} is more than the training set's {size} examples "
+            f"(train.batch_size: all trains on every one of them)",
+            "train.batch_size",
+        )
 
 
 def _framing_only_keys() -> set[str]:

@@ -6,6 +6,9 @@ subclasses it and overrides only those. Implementations: `MetricsFileLogger`
 (metrics.jsonl), `TensorBoardLogger` (scalars, attention images, head scores, text
 samples, hparams), `ProgressBarLogger` (a tqdm bar on the terminal, used by the CLI) and
 `RecordingLogger` (keeps every report in a list: for tests and notebooks).
+metrics.jsonl holds one record per report: {"step", "split", metric: value, ...} for the
+splits "train" (the steps since the last log), "val" (the held-out set) and "train_set"
+(a fixed training set, whole), and {"step", "split": "fourier", "norms": [...]}.
 `attention_samples` and `predictions_markdown` choose what the trainer reports of the
 held-out set.
 """
@@ -77,6 +80,10 @@ class Logger(Protocol):
     def text(self, step: int, tag: str, markdown: str) -> None:
         """A text sample, e.g. predictions next to targets."""
 
+    def fourier(self, step: int, norms: list[float]) -> None:
+        """At an evaluation, for a task whose numbers are Z_p's elements: the norm of their
+        embedding at each frequency 0 .. p // 2 (tinytf/fourier.py)."""
+
     def finish(self, step: int, final: dict[str, float]) -> None:
         """Training ended (completed, stopped early or interrupted) with these metrics."""
 
@@ -107,6 +114,9 @@ class RecordingLogger(NullLogger):
     def text(self, step: int, tag: str, markdown: str) -> None:
         self.records.append(("text", (step, tag, markdown)))
 
+    def fourier(self, step: int, norms: list[float]) -> None:
+        self.records.append(("fourier", (step, norms)))
+
     def finish(self, step: int, final: dict[str, float]) -> None:
         self.records.append(("finish", (step, final)))
 
@@ -126,13 +136,20 @@ class MetricsFileLogger(NullLogger):
         finite = {key: value if math.isfinite(value) else None for key, value in values.items()}
         append_text(self.path, json.dumps({"step": step, "split": split, **finite}, allow_nan=False) + "\n")
 
+    def fourier(self, step: int, norms: list[float]) -> None:
+        record = {"step": step, "split": "fourier", "norms": norms}
+        append_text(self.path, json.dumps(record, allow_nan=False) + "\n")
+
 
 class TensorBoardLogger(NullLogger):
     """Scalars as `<split>/<metric>`, attention maps as images under
     `attention/<sample>/<stack>.<layer>.<kind>`, head scores as the image `heads/scores`
     (patterns x heads) and, per pattern, the best head's score as the scalar
     `heads/best/<pattern>` (the curve rises when a head takes the pattern up),
-    predictions as text, config as hparams."""
+    predictions as text, config as hparams. The embedding's Fourier spectrum: the image
+    `fourier/spectrum` (frequency x step, so far; drawn with the attention maps and at the
+    end), the norms of the TOP_FREQUENCIES strongest frequencies as `fourier/k<k>` and the
+    share of the norm they hold as `fourier/top_share`."""
 
     def __init__(self, log_dir: Path, config: Config) -> None:
         from tinytf.viz import HeadScoreImages, LayerImages  # matplotlib loads only when a figure is drawn
@@ -141,6 +158,8 @@ class TensorBoardLogger(NullLogger):
         self.writer = None  # opened at start(): nothing is written before training begins
         self.images = LayerImages()
         self.score_images = HeadScoreImages()
+        self.spectra: dict[int, list[float]] = {}  # step -> the Fourier norms logged then
+        self.spectrum_drawn_at: int | None = None
 
     def start(self, run_dir: Path | None, start_step: int) -> None:
         from torch.utils.tensorboard import SummaryWriter
@@ -174,10 +193,35 @@ class TensorBoardLogger(NullLogger):
         with naming_errors(self.event_file):
             self.writer.add_text(tag, markdown, step)
 
+    def fourier(self, step: int, norms: list[float]) -> None:
+        from tinytf.fourier import TOP_FREQUENCIES, top_share
+
+        self.spectra[step] = norms
+        strongest = sorted(range(len(norms)), key=norms.__getitem__, reverse=True)[:TOP_FREQUENCIES]
+        with naming_errors(self.event_file):
+            for k in strongest:
+                self.writer.add_scalar(f"fourier/k{k}", norms[k], step)
+            self.writer.add_scalar("fourier/top_share", top_share(norms), step)
+        every = self.config.log.attention_every
+        if every is not None and step % every == 0:
+            self._draw_spectrum(step)
+
+    def _draw_spectrum(self, step: int) -> None:
+        """The spectra so far as one image, drawn with the attention maps and at the end (a
+        drawing takes about 0.1 s: at every evaluation it would slow a short run by 5%)."""
+        from tinytf.viz import figure_pixels, spectrum_figure
+
+        with naming_errors(self.event_file):
+            image = figure_pixels(spectrum_figure(self.spectra))
+            self.writer.add_image("fourier/spectrum", image, step, dataformats="HWC")
+        self.spectrum_drawn_at = step
+
     def finish(self, step: int, final: dict[str, float]) -> None:
         from torch.utils.tensorboard.summary import hparams
 
         try:
+            if self.spectra and self.spectrum_drawn_at != max(self.spectra):
+                self._draw_spectrum(max(self.spectra))
             with naming_errors(self.event_file):
                 # Written into this run's own event file (SummaryWriter.add_hparams would make a sub-run).
                 metrics = {f"hparam/{key}": value for key, value in final.items()}
@@ -222,8 +266,10 @@ class ProgressBarLogger(NullLogger):
             self.postfix.update(
                 loss=f"{values['loss']:.3f}", acc=f"{values['token_acc']:.2f}", tok_s=f"{values['tokens_per_s']:,.0f}"
             )
-        else:
+        elif split == "val":
             self.postfix.update(val_seq_acc=f"{values['seq_acc']:.3f}")
+        elif split == "train_set":
+            self.postfix.update(train_set_seq_acc=f"{values['seq_acc']:.3f}")
         self.bar.set_postfix(self.postfix, refresh=False)
 
     def finish(self, step: int, final: dict[str, float]) -> None:

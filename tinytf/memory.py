@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from tinytf.config import Config, ConfigProblem, ModelConfig
 from tinytf.framing import get_framing
 from tinytf.tasks import get_task
+from tinytf.tasks.base import examples_per_step
 
 GB = 10**9  # train.memory_limit_gb counts these
 FLOAT, ID = 4, 8  # bytes of a float32 and of an int64 token id
@@ -64,11 +65,9 @@ def estimate(config: Config) -> list[Part]:
     parameters = _parameters(model, vocab, layers, cross_layers=decoder_layers if source else 0)
     positions = tokens + source
     attention_area = decoder_layers * tokens * (tokens + source) + encoder_layers * source * source  # per head
-    step = train.batch_size
-    evaluated = min(EVAL_EXAMPLES, config.task.eval_size)
-    scored = (
-        min(HEAD_SCORE_EXAMPLES, config.task.eval_size) if config.log.attention_every and config.log.head_scores else 0
-    )
+    step, held_out = examples_per_step(task, train.batch_size), task.held_out_size()
+    evaluated = min(EVAL_EXAMPLES, held_out)
+    scored = min(HEAD_SCORE_EXAMPLES, held_out) if config.log.attention_every and config.log.head_scores else 0
     length = "task.max_len"
     return [
         Part(
@@ -78,7 +77,7 @@ def estimate(config: Config) -> list[Part]:
         ),
         Part(
             "the held-out set",
-            HELD_OUT_COPIES * config.task.eval_size * (task.max_source_len + task.max_target_len) * ID,
+            HELD_OUT_COPIES * held_out * (task.max_source_len + task.max_target_len) * ID,
             f"task.eval_size × {length}",
         ),
         Part(

@@ -36,11 +36,14 @@ TOKEN_MATRICES = ("token_embedding", "lm_head")
 
 
 def learning_rate(step: int, settings: TrainConfig) -> float:
-    """train.lr at `step` (counted from 0): a linear warm-up over train.warmup_steps, then a
-    cosine decay to a tenth at train.decay_steps (by default train.steps), then a tenth."""
+    """train.lr at `step` (counted from 0): a linear warm-up over train.warmup_steps, then
+    (train.schedule) either the constant lr or a cosine decay to a tenth at
+    train.decay_steps (by default train.steps), then a tenth."""
     warmup, decay = settings.warmup_steps, settings.decay_steps or settings.steps
     if step < warmup:
         return settings.lr * (step + 1) / warmup
+    if settings.schedule == "constant":
+        return settings.lr
     progress = min((step - warmup) / max(decay - warmup, 1), 1.0)
     return settings.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress)))
 

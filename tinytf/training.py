@@ -30,7 +30,6 @@ process and each of its methods the identity.
 from __future__ import annotations
 
 import contextlib
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,8 +52,9 @@ from tinytf.data import TaskData
 from tinytf.device import select_device, step_autocast, step_precision
 from tinytf.distributed import Job, OneProcess, join_job
 from tinytf.errors import UserError, first_line
-from tinytf.evaluate import Correct, evaluate
+from tinytf.evaluate import Correct, TrainingWindow, evaluate
 from tinytf.experiment import check_config
+from tinytf.fourier import frequency_norms
 from tinytf.framing import Framing, get_framing
 from tinytf.heads import head_scores
 from tinytf.loggers import (
@@ -70,6 +70,7 @@ from tinytf.optim import learning_rate, make_optimizer, set_learning_rate
 from tinytf.runs import METRICS_FILE, checkpoint_path, open_for_resume, prepare_run_dir
 from tinytf.stopping import stop_on_signals
 from tinytf.tasks import get_task
+from tinytf.tasks.base import examples_per_step
 from tinytf.tasks.vocab import Vocabulary
 
 # Held-out examples (the first ones: the same at every log) every head is scored on, with
@@ -109,7 +110,7 @@ def train(
         absolute = str(Path(config.task.path).resolve())
         config = config.model_copy(update={"task": config.task.model_copy(update={"path": absolute})})
     with (
-        join_job(config.train.device, config.train.batch_size) as job,
+        join_job(config.train.device, examples_per_step(get_task(config.task), config.train.batch_size)) as job,
         contextlib.ExitStack() as lock,
     ):  # lock: rank 0's, on the run
         state, vocab = None, None
@@ -139,7 +140,7 @@ def _assemble(config: Config, vocab: Vocabulary | None, loggers: Sequence[Logger
     task = get_task(config.task)
     if vocab is not None:
         task.vocab = vocab
-    data = TaskData(task, config.seed, config.task.eval_size)
+    data = TaskData(task, config.seed)
     model = build_model(config, vocab_size=len(task.vocab)).to(device)
     job.own_random_stream(config.seed)
     framing = get_framing(task, config.model.arch)
@@ -179,12 +180,13 @@ class Trainer:
         self.precision = "fp32" if self.job.any(precision == "fp32") else precision
         step_dtype = torch.bfloat16 if self.precision == "bf16" else torch.float32
         self.optimizer = make_optimizer(model, settings, self.device, step_dtype)
+        self.batch_size = examples_per_step(framing.task, settings.batch_size)  # a number, `all` resolved
         self.step = 0
         self.saved_steps: dict[str, int] = {}  # "last"/"best" -> the step of the checkpoint written (or resumed)
         self.best_score: list[float] | None = None  # (seq_acc, -loss) of checkpoints/best.pt
         self.best: dict[str, float] = {}
         self.final: dict[str, float] = {}
-        self.window = _ThroughputWindow(self.device)  # the training loss since the last log
+        self.window = TrainingWindow(self.device)  # the training loss since the last log
 
     def run(self) -> TrainResult:
         start_step = self.step
@@ -221,7 +223,7 @@ class Trainer:
             raise diverged
         return TrainResult(self.run_dir, self.step, interrupted, self.final, self.best)
 
-    def _loop(self, step_model: nn.Module, window: _ThroughputWindow) -> None:
+    def _loop(self, step_model: nn.Module, window: TrainingWindow) -> None:
         """Train until settings.steps, an early stop, or Ctrl-C (raises _Interrupted once saved)."""
         settings, log = self.settings, self.log
         with stop_on_signals(self.job.stop_signals) as stop_requested:
@@ -232,7 +234,7 @@ class Trainer:
                 finishing = step == settings.steps
                 if step % log.every == 0 or finishing:
                     correct = self.job.total(Correct.count(logits, labels))  # over every process's rows
-                    values = window.summary(correct, grad_norm, self._lr())
+                    values = window.summary(correct, grad_norm, self._lr(), self.model)
                     for logger in self.loggers:
                         logger.metrics(step, "train", values)
                 if step % settings.eval_every == 0 or finishing:
@@ -249,9 +251,9 @@ class Trainer:
                     self._checkpoint("last")
                     raise _Interrupted
 
-    def _train_step(self, step_model: nn.Module, window: _ThroughputWindow):
+    def _train_step(self, step_model: nn.Module, window: TrainingWindow):
         """One optimisation step; returns its logits, labels and gradient norm (for logging)."""
-        batch = self.framing.frame(self.data.train_pairs(self.settings.batch_size))  # every process draws it
+        batch = self.framing.frame(self.data.train_pairs(self.batch_size))  # every process draws it
         window.count_tokens(batch.n_tokens)  # all processes' tokens
         rows = self.job.shard(batch).to(self.device)  # this process's share (all of it in one process)
         with step_autocast(self.device, self.precision):
@@ -294,6 +296,7 @@ class Trainer:
                 logger.metrics(self.step, "val", values)
                 if predictions:
                     logger.text(self.step, "predictions", predictions)
+            self._report_inside()
             score = [self.final["seq_acc"], -self.final["loss"]]
             improved = self.best_score is None or score > self.best_score
             if improved:
@@ -304,6 +307,20 @@ class Trainer:
         if improved:
             self._checkpoint("best")
         return stop
+
+    def _report_inside(self) -> None:
+        """At an evaluation, where the task has them: the whole training set's metrics (split
+        "train_set", beside the held-out "val") and the Fourier spectrum of the embedding of
+        its numbers (fourier.py). Eval mode, no gradients, no random draws."""
+        if self.data.train_set is not None:
+            on_train_set = evaluate(self.model, self.framing, self.data.train_set)
+            for logger in self.loggers:
+                logger.metrics(self.step, "train_set", on_train_set)
+        residues = self.framing.task.residue_ids()
+        if residues is not None:
+            norms = frequency_norms(self.model.token_embedding.weight[residues.to(self.device)])
+            for logger in self.loggers:
+                logger.fourier(self.step, norms.tolist())
 
     def _log_attention(self) -> None:
         """The attention maps of the fixed samples, then (log.head_scores) every head's
@@ -409,35 +426,3 @@ class TrainingDiverged(UserError):
 
 class _Interrupted(Exception):
     """Ctrl-C was pressed and the state saved: unwind the loop."""
-
-
-class _ThroughputWindow:
-    """Training metrics averaged over the steps since the last log. The loss is summed on
-    the device; it is read back when logged (and kept in checkpoints)."""
-
-    def __init__(self, device: torch.device) -> None:
-        self.loss_sum = torch.zeros((), device=device)
-        self.steps, self.tokens, self.start = 0, 0, time.perf_counter()
-        self.tokens_per_s = 0.0  # of the latest closed window
-
-    def count_tokens(self, n: int) -> None:
-        self.tokens += n
-
-    def add_loss(self, loss: torch.Tensor) -> None:
-        self.loss_sum += loss
-        self.steps += 1
-
-    def summary(self, correct: Correct, grad_norm, lr: float) -> dict[str, float]:
-        """The window's metrics (token/seq accuracy: `correct`, of its last batch); starts a new window."""
-        self.tokens_per_s = self.tokens / max(time.perf_counter() - self.start, 1e-9)
-        values = {
-            "loss": float(self.loss_sum) / max(self.steps, 1),
-            **correct.rates(),
-            "lr": lr,
-            "tokens_per_s": self.tokens_per_s,
-        }
-        if grad_norm is not None:
-            values["grad_norm"] = float(grad_norm)
-        self.loss_sum.zero_()
-        self.steps, self.tokens, self.start = 0, 0, time.perf_counter()
-        return values

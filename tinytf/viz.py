@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import sys
 from collections import OrderedDict
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, BinaryIO, TextIO
 
 import numpy as np
@@ -235,6 +236,35 @@ def patch_figure(report: PatchReport, tokens: list[str] | None) -> Figure:
         ax.set_ylabel("layer.head" if rows[0][1] is not None else "layer", fontsize=8)
         ax.set_title(f"{component}: restored over {report.pairs} pair(s)", fontsize=9)
     return figure
+
+
+def spectrum_figure(spectra: Mapping[int, Sequence[float]]) -> Figure:
+    """An embedding's Fourier spectrum over training (fourier.py): frequency up, logged step
+    across. Each column is divided by its largest norm, so its bright cells are the
+    frequencies that dominate at that step."""
+    from matplotlib.figure import Figure
+
+    steps = sorted(spectra)
+    grid = np.array([spectra[step] for step in steps], dtype=float).T  # (frequencies, steps)
+    grid = grid / np.maximum(grid.max(axis=0, keepdims=True), 1e-12)
+    figure = Figure(figsize=(8, 3.5), layout="constrained")
+    ax = figure.subplots()
+    ax.imshow(grid, cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto", origin="lower", interpolation="nearest")
+    ticks = np.unique(np.linspace(0, len(steps) - 1, min(len(steps), 8)).round().astype(int))
+    ax.set_xticks(ticks, [str(steps[i]) for i in ticks], fontsize=7)
+    ax.set_xlabel("step", fontsize=8)
+    ax.set_ylabel("frequency k", fontsize=8)
+    ax.set_title("embedding norm per Fourier frequency (each step's strongest = 1)", fontsize=9)
+    return figure
+
+
+def figure_pixels(figure: Figure) -> np.ndarray:
+    """`figure` drawn as a (height, width, 3) uint8 array."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    canvas = FigureCanvasAgg(figure)
+    canvas.draw()
+    return np.asarray(canvas.buffer_rgba())[:, :, :3].copy()
 
 
 def save_png(figure: Figure, file: BinaryIO) -> None:

@@ -16,6 +16,7 @@ from tinytf.tasks.copy import Copy
 from tinytf.tasks.dyck import Dyck1, Dyck2
 from tinytf.tasks.histogram import DoubleHistogram, Histogram
 from tinytf.tasks.induction import Induction
+from tinytf.tasks.modular_add import ModularAdd
 from tinytf.tasks.most_freq import MostFrequent
 from tinytf.tasks.reverse import Reverse
 from tinytf.tasks.sentences import Sentences
@@ -38,6 +39,7 @@ TASKS: dict[str, type[Task]] = {
         Sentences,
         Text,
         Induction,
+        ModularAdd,
     )
 }
 

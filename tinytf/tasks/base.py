@@ -10,9 +10,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from functools import cached_property
-from typing import ClassVar, get_args
+from typing import ClassVar, Literal, get_args
 
-from tinytf.config import Arch, ConfigProblem, TaskConfig
+from tinytf.config import DEFAULT_EVAL_SIZE, Arch, ConfigProblem, TaskConfig
 from tinytf.lazy import torch
 from tinytf.tasks.vocab import PAD_ID, SPECIALS, Vocabulary
 
@@ -121,6 +121,24 @@ class Task:
     # True when held_out() can never produce a training example (so nothing need be avoided).
     held_out_is_disjoint: ClassVar[bool] = False
 
+    def held_out_size(self) -> int:
+        """How many held-out examples a run scores: task.eval_size, or DEFAULT_EVAL_SIZE."""
+        return self.config.eval_size or DEFAULT_EVAL_SIZE
+
+    def train_size(self) -> int | None:
+        """How many examples the training set holds; None: training draws a fresh stream."""
+        return None
+
+    def fixed_split(self, generator: torch.Generator) -> tuple[Pairs, Pairs] | None:
+        """(training set, held-out set) of a task with a fixed training set; None: the
+        task samples its training stream (see data.py)."""
+        return None
+
+    def residue_ids(self) -> torch.Tensor | None:
+        """(p,) the ids of tokens that stand for 0, 1, ..., p - 1 as elements of Z_p, in
+        order; training then logs the Fourier spectrum of their embedding. None: no such tokens."""
+        return None
+
     def sample(self, n: int, generator: torch.Generator) -> Pairs:
         """Draw n random examples; the same generator state gives the same examples."""
         raise NotImplementedError
@@ -166,6 +184,68 @@ class Task:
     def render(self, ids: list[int]) -> str:
         """Ids -> text as a person would type it (special tokens left out)."""
         return self.vocab.join([token for token in self.vocab.decode(ids) if token not in SPECIALS])
+
+
+class TableTask(Task):
+    """A task whose every example fits in one table (`table()`). A run trains on a fixed
+    part of it, `task.train_fraction` chosen at random from the run's seed, and holds out
+    the rest (or `task.eval_size` of the rest): a finite training set that never meets the
+    held-out one, as grokking studies train on, all of it at each step with
+    `train.batch_size: all`."""
+
+    held_out_is_disjoint = True
+
+    def table(self) -> Pairs:
+        """Every example of the task, in a fixed order."""
+        raise NotImplementedError
+
+    def table_size(self) -> int:
+        """len(table()), without building it."""
+        raise NotImplementedError
+
+    def train_size(self) -> int:
+        return max(1, round(self.config.train_fraction * self.table_size()))
+
+    def held_out_size(self) -> int:
+        rest = self.table_size() - self.train_size()
+        return min(self.config.eval_size or rest, rest)
+
+    def check(self) -> None:
+        super().check()
+        size, rest = self.table_size(), self.table_size() - self.train_size()
+        if rest < 1:
+            raise ConfigProblem(
+                f"task.train_fraction={self.config.train_fraction:g} trains on all {size} examples "
+                f"of the task and leaves none to hold out",
+                "task.train_fraction",
+            )
+        if self.config.eval_size is not None and self.config.eval_size > rest:
+            raise ConfigProblem(
+                f"task.eval_size={self.config.eval_size}: training leaves only {rest} of the task's "
+                f"{size} examples out (unset, task.eval_size takes them all)",
+                "task.eval_size",
+            )
+
+    def fixed_split(self, generator: torch.Generator) -> tuple[Pairs, Pairs]:
+        order = torch.randperm(self.table_size(), generator=generator)
+        train = order[: self.train_size()]
+        held_out = order[self.train_size() :][: self.held_out_size()]
+        table = self.table()
+        return table[train.sort().values], table[held_out.sort().values]
+
+    def sample(self, n: int, generator: torch.Generator) -> Pairs:
+        """n examples drawn from the whole table (training draws from its own part only)."""
+        return self.table()[torch.randint(self.table_size(), (n,), generator=generator)]
+
+
+def examples_per_step(task: Task, batch_size: int | Literal["all"]) -> int:
+    """train.batch_size as a number of examples: `all` is the task's whole training set."""
+    if batch_size != "all":
+        return batch_size
+    size = task.train_size()
+    if size is None:
+        raise ValueError(f"task {task.name!r} has no fixed training set")  # check_config refuses it first
+    return size
 
 
 class LanguageModelTask(Task):

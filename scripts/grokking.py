@@ -1,0 +1,149 @@
+"""Grokking, read from trained runs: when each memorised its training set and when it
+generalised, and the figure of docs/grokking.md.
+
+    tinytf train configs/grokking.yaml --name grokking                  # seed 0
+    tinytf train configs/grokking.yaml --name grokking --set seed=1     # more seeds
+    tinytf train configs/grokking.yaml --name no-decay --set train.weight_decay=0
+    python scripts/grokking.py runs/grokking-* --control runs/no-decay-* --out docs/grokking.png
+
+For each run, from its metrics.jsonl: s1, the first evaluation at which 99% of the training
+set is answered right (`train_set` seq_acc), and the held-out accuracy then; s2, the first
+at which 99% of the held-out set is. A run groks when held-out accuracy at s1 is under 50%
+and s2 >= 5 x s1. With --check the exit status is 1 unless every run (controls aside) groks.
+
+The figure: training-set and held-out accuracy against the step, on a log axis (controls
+dashed); the weight norm; the Fourier spectrum of the first run's number embedding at s1
+and at its last evaluation (tinytf/fourier.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+TARGET = 0.99  # "reaches": this share of the set answered right
+STILL_GUESSING = 0.5  # held-out accuracy under this at s1: the run has memorised, not generalised
+DELAY = 5  # s2 at least this many times s1
+
+
+@dataclass
+class Run:
+    folder: Path
+    seed: int
+    accuracy: dict[str, dict[int, float]]  # "train_set" / "val" -> step -> seq_acc
+    weight_norm: dict[int, float]
+    spectra: dict[int, list[float]]
+
+    @staticmethod
+    def read(folder: Path) -> Run:
+        records = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
+        accuracy = {
+            split: {r["step"]: r["seq_acc"] for r in records if r["split"] == split} for split in ("train_set", "val")
+        }
+        if not accuracy["train_set"]:
+            raise ValueError(f"{folder}: no train_set metrics; is it a run of a task with a fixed training set?")
+        config = (folder / "config.yaml").read_text()
+        seed = next(int(line.split(":")[1]) for line in config.splitlines() if line.startswith("seed:"))
+        weight_norm = {r["step"]: r["weight_norm"] for r in records if r["split"] == "train"}
+        spectra = {r["step"]: r["norms"] for r in records if r["split"] == "fourier"}
+        return Run(folder, seed, accuracy, weight_norm, spectra)
+
+    def first_reaching(self, split: str) -> int | None:
+        return next((step for step, acc in sorted(self.accuracy[split].items()) if acc >= TARGET), None)
+
+    @property
+    def s1(self) -> int | None:
+        return self.first_reaching("train_set")
+
+    @property
+    def s2(self) -> int | None:
+        return self.first_reaching("val")
+
+    def groks(self) -> bool:
+        s1, s2 = self.s1, self.s2
+        return s1 is not None and s2 is not None and self.accuracy["val"][s1] < STILL_GUESSING and s2 >= DELAY * s1
+
+
+def read_run(folder: Path) -> Run:
+    if not (folder / "metrics.jsonl").is_file():
+        raise ValueError(f"{folder}: not a run folder (no metrics.jsonl)")
+    return Run.read(folder)
+
+
+def table(runs: list[Run], controls: list[Run]) -> str:
+    rows = [
+        "| run | seed | s1 (train 99%) | held-out at s1 | s2 (held-out 99%) | s2 / s1 | groks |",
+        "|---|---:|---:|---:|---:|---:|---|",
+    ]
+    for run in [*runs, *controls]:
+        s1, s2 = run.s1, run.s2
+        held_out = f"{run.accuracy['val'][s1]:.1%}" if s1 is not None else "-"
+        ratio = f"{s2 / s1:.1f}" if s1 and s2 else "-"
+        last = max(run.accuracy["val"])
+        reached = str(s2) if s2 is not None else f"not by {last} ({run.accuracy['val'][last]:.1%})"
+        name = run.folder.name + (" (control)" if run in controls else "")
+        groks = "yes" if run.groks() else "no"
+        rows.append(f"| {name} | {run.seed} | {s1 or '-'} | {held_out} | {reached} | {ratio} | {groks} |")
+    return "\n".join(rows)
+
+
+def draw(runs: list[Run], controls: list[Run], out: Path) -> None:
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(13, 3.8), layout="constrained")
+    accuracy_ax, norm_ax, spectrum_ax = figure.subplots(1, 3)
+    for run in [*runs, *controls]:
+        style = "--" if run in controls else "-"
+        label = f"seed {run.seed}" + (", weight decay 0" if run in controls else "")
+        for split, color in (("train_set", "tab:blue"), ("val", "tab:orange")):
+            steps = sorted(run.accuracy[split])
+            accuracy_ax.plot(
+                steps,
+                [run.accuracy[split][s] for s in steps],
+                style,
+                color=color,
+                alpha=0.8,
+                lw=1,
+                label=f"{'train' if split == 'train_set' else 'held-out'}, {label}",
+            )
+        steps = sorted(run.weight_norm)
+        norm_ax.plot(steps, [run.weight_norm[s] for s in steps], style, lw=1, label=label)
+    accuracy_ax.set(xscale="log", xlabel="step", ylabel="accuracy (exact answer)", title="memorised, then generalised")
+    accuracy_ax.legend(fontsize=6)
+    norm_ax.set(xscale="log", xlabel="step", ylabel="norm of all weights", title="weight norm")
+    norm_ax.legend(fontsize=6)
+    first = runs[0]
+    for step, color in ((first.s1, "tab:blue"), (max(first.spectra), "tab:orange")):
+        if step is None or step not in first.spectra:
+            continue
+        norms = first.spectra[step]
+        spectrum_ax.bar(range(len(norms)), norms, color=color, alpha=0.6, label=f"step {step}")
+    spectrum_ax.set(xlabel="frequency k", ylabel="embedding norm", title=f"Fourier spectrum, seed {first.seed}")
+    spectrum_ax.legend(fontsize=7)
+    figure.savefig(out, dpi=110)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("runs", nargs="+", type=Path, help="run folders of configs/grokking.yaml")
+    parser.add_argument("--control", nargs="*", type=Path, default=[], help="runs meant not to grok (weight decay 0)")
+    parser.add_argument("--out", type=Path, help="draw the figure into this PNG")
+    parser.add_argument("--check", action="store_true", help="exit 1 unless every run groks")
+    args = parser.parse_args(argv)
+    try:
+        runs, controls = [read_run(f) for f in args.runs], [read_run(f) for f in args.control]
+    except ValueError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    print(table(runs, controls))
+    if args.out is not None:
+        draw(runs, controls, args.out)
+        print(f"figure: {args.out}")
+    return 1 if args.check and not all(run.groks() for run in runs) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

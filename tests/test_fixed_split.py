@@ -1,0 +1,123 @@
+"""Tasks with a fixed training set (modular-add): the seeded split of the table, full-batch
+training on all of it, the training set's own metrics, and the config checks around them."""
+
+import pytest
+import torch
+from conftest import CtrlCAt, assert_same_weights, assert_user_error, final_weights, invoke, read_metrics, write_config
+
+from tinytf.config import TaskConfig, config_from_dict
+from tinytf.data import TaskData
+from tinytf.distributed import OneProcess
+from tinytf.evaluate import evaluate
+from tinytf.experiment import check_config
+from tinytf.loggers import RecordingLogger
+from tinytf.tasks import get_task
+from tinytf.training import _assemble, train
+
+
+def modular_data(**sections):
+    """A one-layer decoder on modular addition modulo 11, full batch, as plain config data."""
+    base = {
+        "task": {"name": "modular-add", "modulus": 11, "train_fraction": 0.4},
+        "model": {"d_model": 16, "n_heads": 2, "n_layers": 1, "d_ff": 32, "norm": "none", "activation": "relu"},
+        "train": {"steps": 6, "batch_size": "all", "eval_every": 3, "warmup_steps": 2, "device": "cpu"},
+        "log": {"every": 3, "attention_every": None},
+    }
+    for section, keys in sections.items():
+        base[section] = base.get(section, {}) | keys
+    return base
+
+
+def modular_config(**sections):
+    return config_from_dict(modular_data(**sections), check=check_config)
+
+
+def as_set(pairs):
+    """Pairs of one-token numbers -> the set of (a, b, c) they hold."""
+    return {(*s, *t) for s, t in (pairs.example(i) for i in range(len(pairs)))}
+
+
+def test_the_split_is_disjoint_covers_the_table_and_is_fixed_by_the_seed():
+    task = get_task(TaskConfig(name="modular-add", modulus=11, train_fraction=0.3))
+    data = TaskData(task, seed=0)
+    train, held_out = as_set(data.train_set), as_set(data.held_out)
+    assert len(train) == len(data.train_set) == round(0.3 * 121) and not train & held_out
+    assert train | held_out == as_set(task.table())  # the whole rest is held out
+    again = TaskData(task, seed=0)
+    assert as_set(again.train_set) == train and torch.equal(again.held_out.source, data.held_out.source)
+    assert as_set(TaskData(task, seed=1).train_set) != train
+
+
+def test_eval_size_holds_out_part_of_the_rest():
+    task = get_task(TaskConfig(name="modular-add", modulus=11, train_fraction=0.3, eval_size=20))
+    data = TaskData(task, seed=3)
+    everything = TaskData(get_task(TaskConfig(name="modular-add", modulus=11, train_fraction=0.3)), seed=3)
+    assert len(data.held_out) == 20 and as_set(data.held_out) <= as_set(everything.held_out)
+    assert as_set(data.train_set) == as_set(everything.train_set)  # eval_size never changes what trains
+
+
+def test_full_batch_training_reads_every_training_example_at_each_step():
+    trainer = _assemble(modular_config(), None, [], OneProcess())
+    framed = []
+    frame = trainer.framing.frame
+    trainer.framing.frame = lambda pairs: framed.append(pairs) or frame(pairs)
+    trainer.data.train_pairs = lambda n, draw=trainer.data.train_pairs: framed.append("step") or draw(n)
+    trainer.run()
+    steps = [framed[i + 1] for i, item in enumerate(framed) if isinstance(item, str)]  # what each step framed
+    assert len(steps) == 6
+    assert all(as_set(pairs) == as_set(trainer.data.train_set) and len(pairs) == 48 for pairs in steps)
+
+
+def test_a_smaller_batch_draws_distinct_training_examples():
+    data = TaskData(get_task(TaskConfig(name="modular-add", modulus=11, train_fraction=0.4)), seed=0)
+    batch = as_set(data.train_pairs(20))
+    assert len(batch) == 20 and batch <= as_set(data.train_set)
+
+
+def test_train_set_metrics_are_the_whole_training_sets_at_each_evaluation():
+    recorder = RecordingLogger()
+    trainer = _assemble(modular_config(), None, [recorder], OneProcess())
+    trainer.run()
+    on_train_set = [(step, values) for step, split, values in recorder.of("metrics") if split == "train_set"]
+    assert [step for step, _ in on_train_set] == [3, 6]
+    assert on_train_set[-1][1] == pytest.approx(evaluate(trainer.model, trainer.framing, trainer.data.train_set))
+
+
+def test_metrics_file_has_train_set_and_held_out_records_and_the_weight_norm(tmp_path):
+    run_dir = train(modular_config(), runs_dir=tmp_path).run_dir
+    records = read_metrics(run_dir)
+    splits = [(r["step"], r["split"]) for r in records if r["split"] in ("val", "train_set")]
+    assert splits == [(3, "val"), (3, "train_set"), (6, "val"), (6, "train_set")]
+    assert all(r["weight_norm"] > 0 for r in records if r["split"] == "train")
+
+
+@pytest.mark.parametrize(
+    "sections, fragment",
+    [
+        ({"task": {"name": "sort", "modulus": 11, "train_fraction": 0.4}}, "task.modulus: sort does not use it"),
+        ({"task": {"name": "modular-add", "modulus": 2, "train_fraction": 0.9}}, "leaves none to hold out"),
+        ({"task": {"name": "modular-add", "modulus": 11, "eval_size": 100}}, "training leaves only 73"),
+        ({"train": {"batch_size": 49}}, "train.batch_size=49 is more than the training set's 48 examples"),
+        ({"model": {"arch": "encoder"}}, "does not work with model.arch=encoder"),
+    ],
+)
+def test_impossible_splits_and_batches_are_one_line_errors(tmp_path, sections, fragment):
+    data = modular_data(**sections)
+    if data["task"]["name"] == "sort":
+        data["task"].pop("modulus")
+        data["task"].pop("train_fraction")
+        data["train"]["batch_size"] = "all"
+        fragment = "train.batch_size: all trains on a fixed training set"
+    result = invoke("train", write_config(tmp_path, data), "--runs-dir", tmp_path / "runs")
+    assert_user_error(result, fragment)
+    assert not (tmp_path / "runs").exists()
+
+
+def test_a_full_batch_run_stopped_and_resumed_ends_with_the_same_weights(tmp_path):
+    config = modular_config(train={"optimizer": "adamw", "steps": 8, "weight_decay": 1.0})
+    uninterrupted = train(config, runs_dir=tmp_path / "a")
+    stopped = train(config, runs_dir=tmp_path / "b", loggers=[CtrlCAt(5)])
+    assert stopped.interrupted and stopped.step == 5
+    resumed = train(config, resume=stopped.run_dir)
+    assert_same_weights(final_weights(uninterrupted.run_dir), final_weights(resumed.run_dir))
+    assert read_metrics(resumed.run_dir)[-2:] == read_metrics(uninterrupted.run_dir)[-2:]

@@ -1,0 +1,44 @@
+"""modular-add: addition modulo p, the task grokking was found on (Power et al., 2022).
+
+Source "a b", two numbers below p = `task.modulus` (type it as "5 7"); target c, with
+c = (a + b) mod p. The p² examples form one table: a run trains on a fixed, seeded
+`task.train_fraction` of them and holds out the rest (see `TableTask`). In the decoder,
+<sep> plays "=": the model reads "a b =" and writes c, as in Nanda et al. (2023).
+"""
+
+from __future__ import annotations
+
+from tinytf.lazy import torch
+from tinytf.tasks.base import Pairs, TableTask
+from tinytf.tasks.vocab import Vocabulary
+
+
+class ModularAdd(TableTask):
+    name = "modular-add"
+    description = "a b -> (a + b) mod task.modulus, trained on a fixed task.train_fraction of all pairs: 5 7 -> 12"
+    archs = ("decoder", "encoder-decoder")
+    config_keys = ("modulus", "train_fraction")
+    max_source_len = 2
+    max_target_len = 1
+
+    def build_vocab(self) -> Vocabulary:
+        return Vocabulary([str(n) for n in range(self.config.modulus)], split="word")
+
+    @property
+    def trained_lengths(self) -> tuple[int, int]:
+        return 2, 2
+
+    def table_size(self) -> int:
+        return self.config.modulus**2
+
+    def residue_ids(self) -> torch.Tensor:
+        """(p,) the token ids of 0, 1, ..., p - 1: the numbers as elements of Z_p, in order."""
+        return self.vocab.ids["0"] + torch.arange(self.config.modulus)  # numbers have consecutive ids
+
+    def table(self) -> Pairs:
+        p = self.config.modulus
+        a, b = torch.arange(p).repeat_interleave(p), torch.arange(p).repeat(p)  # (p²,) every pair, a-major
+        first = self.vocab.ids["0"]
+        source = torch.stack([a, b], dim=1) + first  # (p², 2)
+        target = ((a + b) % p + first).unsqueeze(1)  # (p², 1)
+        return Pairs(source, torch.full((p * p,), 2), target, torch.ones(p * p, dtype=torch.long))
