@@ -95,26 +95,31 @@ def draw(runs: list[Run], controls: list[Run], out: Path) -> None:
 
     figure = Figure(figsize=(13, 3.8), layout="constrained")
     accuracy_ax, norm_ax, spectrum_ax = figure.subplots(1, 3)
-    for run in [*runs, *controls]:
-        style = "--" if run in controls else "-"
-        label = f"seed {run.seed}" + (", weight decay 0" if run in controls else "")
-        for split, color in (("train_set", "tab:blue"), ("val", "tab:orange")):
+    for i, run in enumerate([*runs, *controls]):
+        control = run in controls
+        style = "--" if control else "-"
+        first_of_its_kind = i in (0, len(runs))  # one legend entry for the runs, one for the controls
+        kind = "weight decay 0" if control else "weight decay on"
+        for split, color, name in (("train_set", "tab:blue", "training set"), ("val", "tab:orange", "held-out")):
             steps = sorted(run.accuracy[split])
-            accuracy_ax.plot(
-                steps,
-                [run.accuracy[split][s] for s in steps],
-                style,
-                color=color,
-                alpha=0.8,
-                lw=1,
-                label=f"{'train' if split == 'train_set' else 'held-out'}, {label}",
-            )
+            accuracy = [run.accuracy[split][s] for s in steps]
+            label = f"{name}, {kind}" if first_of_its_kind else None
+            accuracy_ax.plot(steps, accuracy, style, color=color, alpha=0.7, lw=1, label=label)
         steps = sorted(run.weight_norm)
-        norm_ax.plot(steps, [run.weight_norm[s] for s in steps], style, lw=1, label=label)
-    accuracy_ax.set(xscale="log", xlabel="step", ylabel="accuracy (exact answer)", title="memorised, then generalised")
-    accuracy_ax.legend(fontsize=6)
+        norm_ax.plot(
+            steps,
+            [run.weight_norm[s] for s in steps],
+            style,
+            color="tab:grey" if control else "tab:green",
+            alpha=0.7,
+            lw=1,
+            label=kind if first_of_its_kind else None,
+        )
+    seeds = ", ".join(str(run.seed) for run in runs)
+    accuracy_ax.set(xscale="log", xlabel="step", ylabel="accuracy (exact answer)", title=f"seeds {seeds}")
+    accuracy_ax.legend(fontsize=7)
     norm_ax.set(xscale="log", xlabel="step", ylabel="norm of all weights", title="weight norm")
-    norm_ax.legend(fontsize=6)
+    norm_ax.legend(fontsize=7)
     first = runs[0]
     for step, color in ((first.s1, "tab:blue"), (max(first.spectra), "tab:orange")):
         if step is None or step not in first.spectra:

@@ -10,7 +10,7 @@ import pytest
 import torch
 from conftest import assert_user_error, copy_run, deny_entry, invoke, snapshot, tiny_config, train_tiny_run
 
-from tinytf.checkpoint import FORMAT, CheckpointError, load_checkpoint, save_checkpoint
+from tinytf.checkpoint import FORMAT, CheckpointError, config_mismatch, load_checkpoint, save_checkpoint, trained_with
 from tinytf.optim import learning_rate
 from tinytf.runs import checkpoint_path
 
@@ -272,6 +272,16 @@ def test_a_run_whose_config_was_edited_is_refused_naming_the_setting(run, tmp_pa
         result = invoke(*args, *run_option, copy)
         assert_user_error(result, f"does not belong with {config}: it was trained with {fragment}")
     assert snapshot(copy) == snapshot_before
+
+
+def test_a_checkpoint_older_than_a_config_key_was_trained_with_its_default():
+    config = tiny_config()
+    saved = trained_with(config.model, config.task)
+    older = {key: value for key, value in saved.items() if key not in ("task.modulus", "task.train_fraction")}
+    assert config_mismatch({"config": older}, config.model, config.task) is None
+    other_modulus = config.task.model_copy(update={"modulus": 7})
+    assert "task.modulus=113, the config says 7" in config_mismatch({"config": older}, config.model, other_modulus)
+    assert "task.vocab_size=6" in config_mismatch({"config": older | {"task.vocab_size": 6}}, config.model, config.task)
 
 
 @pytest.mark.parametrize("case", RESUME_ONLY)

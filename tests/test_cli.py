@@ -101,6 +101,8 @@ TASK_KEY_VALUES = {
     "answer_order": "lsd",
     "bos": True,
     "tokenizer": "word",
+    "modulus": 23,
+    "train_fraction": 0.5,
     "eval_size": 10,
 }
 

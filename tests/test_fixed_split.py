@@ -5,9 +5,11 @@ import pytest
 import torch
 from conftest import CtrlCAt, assert_same_weights, assert_user_error, final_weights, invoke, read_metrics, write_config
 
+from tinytf import viz
 from tinytf.config import TaskConfig, config_from_dict
 from tinytf.data import TaskData
-from tinytf.distributed import OneProcess
+from tinytf.distributed import Launch, OneProcess
+from tinytf.errors import ConfigError
 from tinytf.evaluate import evaluate
 from tinytf.experiment import check_config
 from tinytf.loggers import RecordingLogger
@@ -46,6 +48,12 @@ def test_the_split_is_disjoint_covers_the_table_and_is_fixed_by_the_seed():
     again = TaskData(task, seed=0)
     assert as_set(again.train_set) == train and torch.equal(again.held_out.source, data.held_out.source)
     assert as_set(TaskData(task, seed=1).train_set) != train
+
+
+def test_the_held_out_set_is_in_random_order_so_its_first_examples_are_a_fair_sample():
+    data = TaskData(get_task(TaskConfig(name="modular-add", modulus=59, train_fraction=0.4)), seed=0)
+    first_numbers = {data.held_out.example(i)[0][0] for i in range(64)}  # the first number of the first 64
+    assert len(first_numbers) > 20  # in table order they would all be 0 or 1
 
 
 def test_eval_size_holds_out_part_of_the_rest():
@@ -121,3 +129,23 @@ def test_a_full_batch_run_stopped_and_resumed_ends_with_the_same_weights(tmp_pat
     resumed = train(config, resume=stopped.run_dir)
     assert_same_weights(final_weights(uninterrupted.run_dir), final_weights(resumed.run_dir))
     assert read_metrics(resumed.run_dir)[-2:] == read_metrics(uninterrupted.run_dir)[-2:]
+
+
+def test_a_job_that_cannot_share_the_whole_training_set_says_what_to_change():
+    launch = Launch(rank=0, world_size=5, local_rank=0, local_world_size=5)
+    with pytest.raises(ConfigError) as caught:
+        launch.check_batch_size(1392, whole_training_set=True)
+    assert str(caught.value).startswith("train.batch_size: all, the training set's 1392 examples: ")
+    assert str(caught.value).endswith(
+        "5 processes of this torchrun job; change task.train_fraction or the number of processes"
+    )
+    launch.check_batch_size(1390, whole_training_set=True)  # 5 processes share 1390 equally
+
+
+def test_a_resumed_runs_spectrum_image_starts_from_the_spectra_before(tmp_path, monkeypatch):
+    config = modular_config(train={"steps": 8}, log={"attention_every": 8})
+    stopped = train(config, runs_dir=tmp_path, loggers=[CtrlCAt(4)])
+    drawn, draw = [], viz.spectrum_figure
+    monkeypatch.setattr(viz, "spectrum_figure", lambda spectra: drawn.append(sorted(spectra)) or draw(spectra))
+    train(config, resume=stopped.run_dir)
+    assert drawn == [[3, 6, 8]]  # evaluated at 3 before the stop, at 6 and 8 after; drawn at 8

@@ -136,7 +136,7 @@ def test_add_matches_integer_addition(digits, answer_order):
     assert set(numbers) == set(range(1, digits + 1))  # every size of number occurs
 
 
-@pytest.mark.parametrize("p", [2, 7, 113])
+@pytest.mark.parametrize("p", [2, 7, 31])
 def test_modular_add_lists_every_sum_modulo_p_once(p):
     task = get_task(task_config("modular-add", modulus=p))
     table = task.table()

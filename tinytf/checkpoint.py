@@ -127,8 +127,11 @@ def trained_with(model: BaseModel, task: BaseModel) -> dict[str, Any]:
 
 def config_mismatch(state: dict[str, Any], model: BaseModel, task: BaseModel) -> str | None:
     """The first setting in which the model and task config `model`, `task` differ from
-    what the checkpoint `state` was trained with, in a few words; None if none."""
-    saved, current = state["config"], trained_with(model, task)
+    what the checkpoint `state` was trained with, in a few words; None if none. A key the
+    checkpoint does not record came to tinytf after it was trained: it had the default."""
+    defaults = trained_with(type(model)(), type(task)())
+    saved = defaults | state["config"]
+    current = trained_with(model, task)
     for key in sorted(saved.keys() | current.keys()):
         if saved.get(key, "nothing") != current.get(key, "nothing"):
             return f"it was trained with {key}={saved.get(key)!r}, the config says {current.get(key)!r}"

@@ -223,6 +223,17 @@ class TrainConfig(Section):
     # this many GB (10^9 bytes; a million: a petabyte). None: 80% of this machine's memory, if known.
     memory_limit_gb: Annotated[float, Field(gt=0.0, le=1e6)] | None = None
 
+    @model_validator(mode="after")
+    def _check_schedule(self) -> TrainConfig:
+        if self.schedule == "constant" and self.decay_steps is not None:
+            raise _SectionCheck(
+                f"decay_steps={self.decay_steps} with schedule=constant, which does not decay; unset decay_steps "
+                f"or use schedule=cosine",
+                "decay_steps",
+                "schedule",
+            )
+        return self
+
 
 class LogConfig(Section):
     """What is written to the run folder and TensorBoard, and how often."""

@@ -96,13 +96,17 @@ class Launch:
             )
         return cls(rank, world_size, local_rank, local_world_size)
 
-    def check_batch_size(self, batch_size: int) -> None:
-        """A `ConfigError` unless the global batch shares out equally over the job's processes."""
+    def check_batch_size(self, batch_size: int, whole_training_set: bool = False) -> None:
+        """A `ConfigError` unless the global batch shares out equally over the job's processes
+        (`whole_training_set`: train.batch_size is `all`, and `batch_size` the training set's size)."""
         if batch_size % self.world_size:
+            given, fix = f"train.batch_size={batch_size}", f"use a multiple of {self.world_size}"
+            if whole_training_set:
+                given = f"train.batch_size: all, the training set's {batch_size} examples"
+                fix = "change task.train_fraction or the number of processes"
             raise ConfigError(
-                f"train.batch_size={batch_size}: the global batch, shared equally by the "
-                f"{self.world_size} processes of this torchrun job; use a multiple of "
-                f"{self.world_size}"
+                f"{given}: the global batch, shared equally by the {self.world_size} processes "
+                f"of this torchrun job; {fix}"
             )
 
 
@@ -327,7 +331,7 @@ def _sum_gradients(job, bucket):  # (TorchrunJob, dist.GradBucket) -> Future[Ten
 
 
 @contextlib.contextmanager
-def join_job(requested_device: str, batch_size: int) -> Iterator[Job]:
+def join_job(requested_device: str, batch_size: int, whole_training_set: bool = False) -> Iterator[Job]:
     """This process's part in the torchrun job that started it, for the duration of the
     block: threads set, the process group joined (and left at the end), the device agreed.
     `OneProcess()` when torchrun did not start it: nothing changes."""
@@ -335,7 +339,9 @@ def join_job(requested_device: str, batch_size: int) -> Iterator[Job]:
     if launch is None:
         yield OneProcess()
         return
-    launch.check_batch_size(batch_size)  # every process reads the same config: each refuses it alone, at once
+    launch.check_batch_size(
+        batch_size, whole_training_set
+    )  # every process reads the same config: each refuses it alone, at once
     torch.set_num_threads(threads_per_process(launch.local_world_size))
     owned = not dist.is_initialized()  # a program that joined a group itself keeps it
     if owned:

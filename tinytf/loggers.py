@@ -151,7 +151,9 @@ class TensorBoardLogger(NullLogger):
     end), the norms of the TOP_FREQUENCIES strongest frequencies as `fourier/k<k>` and the
     share of the norm they hold as `fourier/top_share`."""
 
-    def __init__(self, log_dir: Path, config: Config) -> None:
+    def __init__(self, log_dir: Path, config: Config, metrics_file: Path | None = None) -> None:
+        """metrics_file: the run's metrics.jsonl; a resumed run's spectrum image starts from
+        the spectra it holds."""
         from tinytf.viz import HeadScoreImages, LayerImages  # matplotlib loads only when a figure is drawn
 
         self.log_dir, self.config = log_dir, config  # the config is logged as hparams
@@ -160,6 +162,7 @@ class TensorBoardLogger(NullLogger):
         self.score_images = HeadScoreImages()
         self.spectra: dict[int, list[float]] = {}  # step -> the Fourier norms logged then
         self.spectrum_drawn_at: int | None = None
+        self.metrics_file = metrics_file
 
     def start(self, run_dir: Path | None, start_step: int) -> None:
         from torch.utils.tensorboard import SummaryWriter
@@ -167,6 +170,11 @@ class TensorBoardLogger(NullLogger):
         with naming_errors(self.log_dir):
             self.writer = SummaryWriter(log_dir=str(self.log_dir))
         self.event_file = max(self.log_dir.glob("events.out.tfevents.*"))  # its own, the newest (named by time)
+        if start_step > 0 and self.metrics_file is not None and self.metrics_file.is_file():
+            with naming_errors(self.metrics_file):
+                records = [json.loads(line) for line in self.metrics_file.read_text().splitlines()]
+            # tidy_for_resume (runs.py) has kept only JSON objects with a step up to start_step
+            self.spectra = {r["step"]: r["norms"] for r in records if r.get("split") == "fourier" and "norms" in r}
         self.thread_errors = threading.excepthook  # restored by finish()
         threading.excepthook = self._quiet_writer_thread
 

@@ -110,7 +110,11 @@ def train(
         absolute = str(Path(config.task.path).resolve())
         config = config.model_copy(update={"task": config.task.model_copy(update={"path": absolute})})
     with (
-        join_job(config.train.device, examples_per_step(get_task(config.task), config.train.batch_size)) as job,
+        join_job(
+            config.train.device,
+            examples_per_step(get_task(config.task), config.train.batch_size),
+            config.train.batch_size == "all",
+        ) as job,
         contextlib.ExitStack() as lock,
     ):  # lock: rank 0's, on the run
         state, vocab = None, None
@@ -123,7 +127,8 @@ def train(
         trainer.run_dir = job.on_main(lambda: prepare_run_dir(config, task, step, resume, runs_dir, name, lock))
         if job.is_main:  # the run folder's own reports
             run_dir = trainer.run_dir
-            trainer.loggers[:0] = [MetricsFileLogger(run_dir / METRICS_FILE), TensorBoardLogger(run_dir, config)]
+            metrics = run_dir / METRICS_FILE
+            trainer.loggers[:0] = [MetricsFileLogger(metrics), TensorBoardLogger(run_dir, config, metrics)]
         try:
             return trainer.run()
         except OSError as err:  # a full disk, most likely: every file written so far is whole

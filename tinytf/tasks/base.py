@@ -231,7 +231,7 @@ class TableTask(Task):
         train = order[: self.train_size()]
         held_out = order[self.train_size() :][: self.held_out_size()]
         table = self.table()
-        return table[train.sort().values], table[held_out.sort().values]
+        return table[train.sort().values], table[held_out]  # held out in random order: any first N are a fair sample
 
     def sample(self, n: int, generator: torch.Generator) -> Pairs:
         """n examples drawn from the whole table (training draws from its own part only)."""
