@@ -7,10 +7,10 @@ which knows no task) and the task registry and framings (which know no files).
 The schema checks each value on its own. `check_config` checks what needs the task
 registry, and is the one place that does: the task exists and works with the
 architecture, every task key that is set is one the task uses, the task's own settings
-make sense (its file exists...), its sequences fit `model.max_len`, and `train.batch_size`
-fits its training set. `load_config`,
-`build_model` and training all call it, so `tinytf config show` and `tinytf train`
-accept and refuse the same configs. Nothing here imports torch.
+make sense (its file exists...), its sequences fit `model.max_len`, and
+`train.batch_size` fits its training set. `load_config`, `build_model` and training all
+call it, so `tinytf config show` and `tinytf train` accept and refuse the same configs.
+Nothing here imports torch.
 """
 
 from __future__ import annotations

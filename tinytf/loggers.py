@@ -215,8 +215,8 @@ class TensorBoardLogger(NullLogger):
             self._draw_spectrum(step)
 
     def _draw_spectrum(self, step: int) -> None:
-        """The spectra so far as one image, drawn with the attention maps and at the end (a
-        drawing takes about 0.1 s: at every evaluation it would slow a short run by 5%)."""
+        """The spectra so far as one image, drawn with the attention maps and at the end, not
+        at every evaluation: a drawing costs more than the evaluation itself."""
         from tinytf.viz import figure_pixels, spectrum_figure
 
         with naming_errors(self.event_file):
