@@ -58,6 +58,11 @@ def test_histogram_reads_every_occurrence_of_the_positions_symbol():
     assert pairs_of("histogram", "c a c b", "2 1 2 1") == {"histogram": expected}
 
 
+def test_the_sum_modulo_p_reads_both_operands():
+    assert pairs_of("modular-add", "5 7", "12") == {"operands": [(0, 0), (0, 1)]}
+    assert pairs_of("modular-add", "5 7", "") == {"operands": []}  # no answer token: nothing reads
+
+
 def test_double_histogram_declares_no_pattern():
     assert make_task("double-histogram").alignment_patterns == ()
     assert pairs_of("double-histogram", "c a c b", "1 2 1 2") == {}

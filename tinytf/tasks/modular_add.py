@@ -20,6 +20,7 @@ class ModularAdd(TableTask):
     config_keys = ("modulus", "train_fraction")
     max_source_len = 2
     max_target_len = 1
+    alignment_patterns = ("operands",)
 
     def build_vocab(self) -> Vocabulary:
         return Vocabulary([str(n) for n in range(self.config.modulus)], split="word")
@@ -34,6 +35,10 @@ class ModularAdd(TableTask):
     def residue_ids(self) -> torch.Tensor:
         """(p,) the token ids of 0, 1, ..., p - 1: the numbers as elements of Z_p, in order."""
         return self.vocab.ids["0"] + torch.arange(self.config.modulus)  # numbers have consecutive ids
+
+    def alignments(self, source: list[int], target: list[int]) -> dict[str, list[tuple[int, int]]]:
+        """c is computed from both numbers: the query that writes it should read a and b."""
+        return {"operands": [(0, i) for i in range(len(source))] if target else []}
 
     def table(self) -> Pairs:
         p = self.config.modulus
