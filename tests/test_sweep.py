@@ -351,3 +351,23 @@ def test_a_killed_run_is_trained_again_once_and_a_stopped_one_every_time(interru
     assert bool(retry_cut_short(study, (0,))) == retried_again
     (setting,) = settings_of(study)
     assert setting.state(1) == ("waiting" if retried_again else "failed")
+
+
+def test_a_choice_of_numbers_and_all_is_drawn_as_categories(tmp_path):
+    from tinytf.sweep.results import Results, Row, sweep_figure
+    from tinytf.sweep.spec import load_sweep
+
+    sweep_file = tmp_path / "batch.yaml"
+    base = ROOT / "configs" / "grokking.yaml"
+    sweep_file.write_text(
+        f"base: {base}\nparams:\n  train.batch_size: {{choice: [64, all]}}\nseeds: [0]\n"
+        "objective: {metric: val_loss, over_seeds: worst}\nsampler: grid\n"
+    )
+    sweep = load_sweep(sweep_file)[0]
+    rows = [
+        Row(rank, rank, "complete", {"train.batch_size": size}, value, {0: value}, value, value, 1.0, [], "")
+        for rank, (size, value) in enumerate([(64, 0.5), ("all", 0.2)], start=1)
+    ]
+    axis = sweep_figure(Results("batch", None, sweep, rows)).axes[0]
+    axis.figure.canvas.draw()  # lays out the tick labels
+    assert [label.get_text() for label in axis.get_xticklabels()] == ["64", "all"]

@@ -181,12 +181,15 @@ def sweep_figure(results: Results) -> Figure:
     figure = Figure(figsize=(max(6, 4 * len(keys)), 3.6), layout="constrained")
     metric = results.sweep.objective.metric
     for ax, key in zip(figure.subplots(1, len(keys), squeeze=False)[0], keys, strict=True):
+        # A choice with a word among its values (train.batch_size: [64, all]): every value a category.
+        words = key != "seed" and any(isinstance(row.params.get(key), str) for row in results.rows)
         for row in results.rows:
             runs = [(seed, value) for seed, value in row.seeds.items() if math.isfinite(value)]
-            xs = [seed for seed, _ in runs] if key == "seed" else [row.params[key]] * len(runs)
+            x = str(row.params.get(key)) if words else row.params.get(key)
+            xs = [seed for seed, _ in runs] if key == "seed" else [x] * len(runs)
             ax.scatter(xs, [value for _, value in runs], s=10, color="tab:blue", alpha=0.4)
             if key != "seed" and row.value is not None and math.isfinite(row.value):
-                ax.scatter([row.params[key]], [row.value], s=60, facecolors="none", edgecolors="tab:red")
+                ax.scatter([x], [row.value], s=60, facecolors="none", edgecolors="tab:red")
         if key != "seed" and results.sweep.params[key].log:
             ax.set_xscale("log")
         ax.set_xlabel(key)
