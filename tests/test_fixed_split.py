@@ -66,14 +66,14 @@ def test_eval_size_holds_out_part_of_the_rest():
 
 def test_full_batch_training_reads_every_training_example_at_each_step():
     trainer = _assemble(modular_config(), None, [], OneProcess())
-    framed = []
-    frame = trainer.framing.frame
-    trainer.framing.frame = lambda pairs: framed.append(pairs) or frame(pairs)
-    trainer.data.train_pairs = lambda n, draw=trainer.data.train_pairs: framed.append("step") or draw(n)
+    read = []  # the token ids the embedding reads at each training step (eval mode: evaluations)
+    embedding = trainer.model.token_embedding
+    embedding.register_forward_pre_hook(lambda module, args: read.append(args[0].clone()) if module.training else None)
     trainer.run()
-    steps = [framed[i + 1] for i, item in enumerate(framed) if isinstance(item, str)]  # what each step framed
-    assert len(steps) == 6
-    assert all(as_set(pairs) == as_set(trainer.data.train_set) and len(pairs) == 48 for pairs in steps)
+    expected = sorted(map(tuple, trainer.data.train_set.source.tolist()))  # every training pair "a b"
+    assert len(read) == 6 and len(expected) == 48
+    for tokens in read:  # (B, T): a b <sep> c, one row per example
+        assert sorted(map(tuple, tokens[:, :2].tolist())) == expected
 
 
 def test_a_smaller_batch_draws_distinct_training_examples():
@@ -99,23 +99,23 @@ def test_metrics_file_has_train_set_and_held_out_records_and_the_weight_norm(tmp
     assert all(r["weight_norm"] > 0 for r in records if r["split"] == "train")
 
 
+SORT = {"name": "sort", "vocab_size": 5, "min_len": 2, "max_len": 4}  # a task that draws a fresh stream
+
+
 @pytest.mark.parametrize(
-    "sections, fragment",
+    "task, train, fragment",
     [
-        ({"task": {"name": "sort", "modulus": 11, "train_fraction": 0.4}}, "task.modulus: sort does not use it"),
-        ({"task": {"name": "modular-add", "modulus": 2, "train_fraction": 0.9}}, "leaves none to hold out"),
-        ({"task": {"name": "modular-add", "modulus": 11, "eval_size": 100}}, "training leaves only 73"),
-        ({"train": {"batch_size": 49}}, "train.batch_size=49 is more than the training set's 48 examples"),
-        ({"model": {"arch": "encoder"}}, "does not work with model.arch=encoder"),
+        (SORT | {"modulus": 11}, {"batch_size": 8}, "task.modulus: sort does not use it"),
+        (SORT, {"batch_size": "all"}, "train.batch_size: all trains on a fixed training set, but task 'sort'"),
+        ({"name": "modular-add", "modulus": 2, "train_fraction": 0.9}, {}, "leaves none to hold out"),
+        ({"name": "modular-add", "modulus": 11, "eval_size": 100}, {}, "training leaves only 85"),
+        ({}, {"batch_size": 49}, "train.batch_size=49 is more than the training set's 48 examples"),
+        ({}, {"batch_size": "al"}, "train.batch_size: Input should be a valid integer, or all"),
     ],
 )
-def test_impossible_splits_and_batches_are_one_line_errors(tmp_path, sections, fragment):
-    data = modular_data(**sections)
-    if data["task"]["name"] == "sort":
-        data["task"].pop("modulus")
-        data["task"].pop("train_fraction")
-        data["train"]["batch_size"] = "all"
-        fragment = "train.batch_size: all trains on a fixed training set"
+def test_impossible_splits_and_batches_are_one_line_errors(tmp_path, task, train, fragment):
+    data = modular_data(train=train)
+    data["task"] = task or data["task"]
     result = invoke("train", write_config(tmp_path, data), "--runs-dir", tmp_path / "runs")
     assert_user_error(result, fragment)
     assert not (tmp_path / "runs").exists()
