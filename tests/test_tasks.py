@@ -388,13 +388,20 @@ def test_the_sentences_hold_each_construction_and_tasks_shows_one_of_each():
     assert len(shown) == 3 and " . " in shown[0] and (" not " in shown[1] or " so " in shown[1])
 
 
-@pytest.mark.parametrize("construction", ["subject", "coreference", "semantic"])
-def test_held_out_pairs_begin_no_training_sentence(construction):
+@pytest.fixture(scope="module")
+def sentence_beginnings():
+    """The sentences task and every beginning of its training sentences, decoded by hand."""
     task = get_task(task_config("sentences", min_len=3, max_len=12))
     beginnings = set()
     for i in range(len(task.pool)):
         words = task.vocab.decode(task.pool.example(i)[1])[1:-1]
         beginnings |= {" ".join(words[:k]) for k in range(1, len(words) + 1)}
+    return task, beginnings
+
+
+@pytest.mark.parametrize("construction", ["subject", "coreference", "semantic"])
+def test_held_out_pairs_begin_no_training_sentence(construction, sentence_beginnings):
+    task, beginnings = sentence_beginnings
     pairs = task.held_out_pairs(construction, 300, seed=0)
     assert len(pairs) == 300 and len(set(pairs)) > 150
     for pair in pairs:
