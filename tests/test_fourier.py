@@ -58,15 +58,25 @@ def test_training_logs_the_spectrum_of_the_number_embedding_at_each_evaluation(t
 
 def test_tensorboard_gets_the_spectrum_image_and_the_strongest_frequencies(tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+    from tensorboard.plugins.custom_scalar import layout_pb2
+    from tensorboard.util import tensor_util
 
     run_dir = train(modular_config(train={"steps": 7}, log={"attention_every": 3}), runs_dir=tmp_path).run_dir
-    events = EventAccumulator(str(run_dir), size_guidance={"images": 0, "scalars": 0})
+    events = EventAccumulator(str(run_dir), size_guidance={"images": 0, "scalars": 0, "tensors": 0})
     events.Reload()
     assert [event.step for event in events.Images("fourier/spectrum")] == [3, 6, 7]  # with the maps, and the end
     assert [event.step for event in events.Scalars("fourier/top_share")] == [3, 6, 7]
     scalars = events.Tags()["scalars"]
     assert "fourier/top_share" in scalars and len([t for t in scalars if t.startswith("fourier/k")]) >= 5
     assert {"train_set/seq_acc", "val/seq_acc", "train/weight_norm"} <= set(scalars)
+    # CUSTOM SCALARS: the training set's accuracy and loss charted with the held-out set's
+    (config,) = events.Tensors("custom_scalars__config__")
+    layout = layout_pb2.Layout.FromString(tensor_util.make_ndarray(config.tensor_proto).item())
+    charts = {chart.title: list(chart.multiline.tag) for chart in layout.category[0].chart}
+    assert charts == {
+        "exact-answer accuracy": ["train_set/seq_acc", "val/seq_acc"],
+        "loss": ["train_set/loss", "val/loss"],
+    }
 
 
 def test_measuring_the_training_set_and_the_spectrum_never_changes_the_run(monkeypatch, tmp_path):

@@ -35,6 +35,14 @@ if TYPE_CHECKING:
 
 N_ATTENTION_SAMPLES = 2  # inputs whose attention maps are logged (the task's showcase first)
 N_TEXT_SAMPLES = 4  # held-out examples whose predictions are logged as text
+# TensorBoard's CUSTOM SCALARS tab, for a task with a fixed training set: each chart draws
+# the whole training set's curve and the held-out set's together (memorised vs generalised).
+TRAIN_SET_BESIDE_HELD_OUT = {
+    "training set and held-out set": {
+        "exact-answer accuracy": ["Multiline", ["train_set/seq_acc", "val/seq_acc"]],
+        "loss": ["Multiline", ["train_set/loss", "val/loss"]],
+    }
+}
 
 
 def attention_samples(framing: Framing, data: TaskData) -> Iterator[tuple[str, str, str | None]]:
@@ -146,10 +154,11 @@ class TensorBoardLogger(NullLogger):
     `attention/<sample>/<stack>.<layer>.<kind>`, head scores as the image `heads/scores`
     (patterns x heads) and, per pattern, the best head's score as the scalar
     `heads/best/<pattern>` (the curve rises when a head takes the pattern up),
-    predictions as text, config as hparams. The embedding's Fourier spectrum: the image
-    `fourier/spectrum` (frequency x step, so far; drawn with the attention maps and at the
-    end), the norms of the TOP_FREQUENCIES strongest frequencies as `fourier/k<k>` and the
-    share of the norm they hold as `fourier/top_share`."""
+    predictions as text, config as hparams. With `train_set` metrics, CUSTOM SCALARS charts
+    of them beside the held-out ones (TRAIN_SET_BESIDE_HELD_OUT). The embedding's Fourier
+    spectrum: the image `fourier/spectrum` (frequency x step, so far; drawn with the
+    attention maps and at the end), the norms of the TOP_FREQUENCIES strongest frequencies
+    as `fourier/k<k>` and the share of the norm they hold as `fourier/top_share`."""
 
     def __init__(self, log_dir: Path, config: Config, metrics_file: Path | None = None) -> None:
         """metrics_file: the run's metrics.jsonl; a resumed run's spectrum image starts from
@@ -163,6 +172,7 @@ class TensorBoardLogger(NullLogger):
         self.spectra: dict[int, list[float]] = {}  # step -> the Fourier norms logged then
         self.spectrum_drawn_at: int | None = None
         self.metrics_file = metrics_file
+        self.overlaid = False  # the CUSTOM SCALARS charts of the training set against the held-out set
 
     def start(self, run_dir: Path | None, start_step: int) -> None:
         from torch.utils.tensorboard import SummaryWriter
@@ -182,6 +192,9 @@ class TensorBoardLogger(NullLogger):
         with naming_errors(self.event_file):
             for key, value in values.items():
                 self.writer.add_scalar(f"{split}/{key}", value, step)
+            if split == "train_set" and not self.overlaid:  # once per event file, as TensorBoard allows
+                self.writer.add_custom_scalars(TRAIN_SET_BESIDE_HELD_OUT)
+                self.overlaid = True
 
     def attention(self, step: int, sample: str, report: AttentionReport) -> None:
         with naming_errors(self.event_file):
