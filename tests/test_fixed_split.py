@@ -145,6 +145,10 @@ def test_a_job_that_cannot_share_the_whole_training_set_says_what_to_change():
 def test_a_resumed_runs_spectrum_image_starts_from_the_spectra_before(tmp_path, monkeypatch):
     config = modular_config(train={"steps": 8}, log={"attention_every": 8})
     stopped = train(config, runs_dir=tmp_path, loggers=[CtrlCAt(4)])
+    with (stopped.run_dir / "metrics.jsonl").open("a") as metrics:  # spectra edited by hand: left out, no crash
+        metrics.write(
+            '{"step": 1, "split": "fourier", "norms": "none"}\n{"step": 2, "split": "fourier", "norms": [1]}\n'
+        )
     drawn, draw = [], viz.spectrum_figure
     monkeypatch.setattr(viz, "spectrum_figure", lambda spectra: drawn.append(sorted(spectra)) or draw(spectra))
     train(config, resume=stopped.run_dir)

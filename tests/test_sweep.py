@@ -360,14 +360,16 @@ def test_a_choice_of_numbers_and_all_is_drawn_as_categories(tmp_path):
     sweep_file = tmp_path / "batch.yaml"
     base = ROOT / "configs" / "grokking.yaml"
     sweep_file.write_text(
-        f"base: {base}\nparams:\n  train.batch_size: {{choice: [64, all]}}\nseeds: [0]\n"
+        f"base: {base}\nparams:\n  train.batch_size: {{choice: [32, 64, all]}}\nseeds: [0]\n"
         "objective: {metric: val_loss, over_seeds: worst}\nsampler: grid\n"
     )
     sweep = load_sweep(sweep_file)[0]
+    ranked = [("all", 0.2), (64, 0.5), (32, 0.9)]  # best first, as `sweep show` reads them
     rows = [
         Row(rank, rank, "complete", {"train.batch_size": size}, value, {0: value}, value, value, 1.0, [], "")
-        for rank, (size, value) in enumerate([(64, 0.5), ("all", 0.2)], start=1)
+        for rank, (size, value) in enumerate(ranked, start=1)
     ]
     axis = sweep_figure(Results("batch", None, sweep, rows)).axes[0]
-    axis.figure.canvas.draw()  # lays out the tick labels
-    assert [label.get_text() for label in axis.get_xticklabels()] == ["64", "all"]
+    assert [label.get_text() for label in axis.get_xticklabels()] == ["32", "64", "all"]  # the file's order
+    rings = axis.collections[1::2]  # each row draws its dots, then its ring
+    assert [tuple(ring.get_offsets()[0]) for ring in rings] == [(2, 0.2), (1, 0.5), (0, 0.9)]

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 import torch
 
-TOP_FREQUENCIES = 5  # frequencies logged as scalars, and the share of the norm they hold
+TOP_FREQUENCIES = 5  # frequencies logged as scalars, and the share of the squared norm they hold
 
 
 def fourier_basis(p: int) -> torch.Tensor:

@@ -158,7 +158,7 @@ class TensorBoardLogger(NullLogger):
     of them beside the held-out ones (TRAIN_SET_BESIDE_HELD_OUT). The embedding's Fourier
     spectrum: the image `fourier/spectrum` (frequency x step, so far; drawn with the
     attention maps and at the end), the norms of the TOP_FREQUENCIES strongest frequencies
-    as `fourier/k<k>` and the share of the norm they hold as `fourier/top_share`."""
+    as `fourier/k<k>` and the share of the squared norm they hold as `fourier/top_share`."""
 
     def __init__(self, log_dir: Path, config: Config, metrics_file: Path | None = None) -> None:
         """metrics_file: the run's metrics.jsonl; a resumed run's spectrum image starts from
@@ -183,8 +183,9 @@ class TensorBoardLogger(NullLogger):
         if start_step > 0 and self.metrics_file is not None and self.metrics_file.is_file():
             with naming_errors(self.metrics_file):
                 records = [json.loads(line) for line in self.metrics_file.read_text().splitlines()]
-            # tidy_for_resume (runs.py) has kept only JSON objects with a step up to start_step
-            self.spectra = {r["step"]: r["norms"] for r in records if r.get("split") == "fourier" and "norms" in r}
+            # tidy_for_resume (runs.py) has kept only JSON objects with a step up to start_step;
+            # a hand-edited spectrum that is not a list of numbers is left out of the image.
+            self.spectra = {r["step"]: r["norms"] for r in records if r.get("split") == "fourier" and _numbers(r)}
         self.thread_errors = threading.excepthook  # restored by finish()
         threading.excepthook = self._quiet_writer_thread
 
@@ -233,7 +234,8 @@ class TensorBoardLogger(NullLogger):
         from tinytf.viz import figure_pixels, spectrum_figure
 
         with naming_errors(self.event_file):
-            image = figure_pixels(spectrum_figure(self.spectra))
+            width = len(self.spectra[step])  # spectra of another width (edited by hand) are left out
+            image = figure_pixels(spectrum_figure({s: n for s, n in self.spectra.items() if len(n) == width}))
             self.writer.add_image("fourier/spectrum", image, step, dataformats="HWC")
         self.spectrum_drawn_at = step
 
@@ -295,6 +297,12 @@ class ProgressBarLogger(NullLogger):
 
     def finish(self, step: int, final: dict[str, float]) -> None:
         self.bar.close()
+
+
+def _numbers(record: dict[str, Any]) -> bool:
+    """Whether a metrics.jsonl record's "norms" is a list of numbers."""
+    norms = record.get("norms")
+    return isinstance(norms, list) and all(isinstance(x, int | float) and not isinstance(x, bool) for x in norms)
 
 
 def _flatten(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -181,15 +181,19 @@ def sweep_figure(results: Results) -> Figure:
     figure = Figure(figsize=(max(6, 4 * len(keys)), 3.6), layout="constrained")
     metric = results.sweep.objective.metric
     for ax, key in zip(figure.subplots(1, len(keys), squeeze=False)[0], keys, strict=True):
-        # A choice with a word among its values (train.batch_size: [64, all]): every value a category.
-        words = key != "seed" and any(isinstance(row.params.get(key), str) for row in results.rows)
+        # A choice with a value that is not a number (train.batch_size: [64, all]): one place per
+        # choice, in the sweep file's order.
+        choices = results.sweep.params[key].choice if key != "seed" else None
+        categories = [json.dumps(v) for v in choices or ()] if any(map(_not_a_number, choices or ())) else None
         for row in results.rows:
             runs = [(seed, value) for seed, value in row.seeds.items() if math.isfinite(value)]
-            x = str(row.params.get(key)) if words else row.params.get(key)
+            x = categories.index(json.dumps(row.params.get(key))) if categories else row.params.get(key)
             xs = [seed for seed, _ in runs] if key == "seed" else [x] * len(runs)
             ax.scatter(xs, [value for _, value in runs], s=10, color="tab:blue", alpha=0.4)
             if key != "seed" and row.value is not None and math.isfinite(row.value):
                 ax.scatter([x], [row.value], s=60, facecolors="none", edgecolors="tab:red")
+        if categories:
+            ax.set_xticks(range(len(categories)), [label.strip('"') for label in categories])
         if key != "seed" and results.sweep.params[key].log:
             ax.set_xscale("log")
         ax.set_xlabel(key)
@@ -197,3 +201,7 @@ def sweep_figure(results: Results) -> Figure:
     over = results.sweep.objective.over_seeds
     figure.suptitle(f"sweep {results.name}: {metric}\n(dots: each run; rings: each setting, the {over} over its seeds)")
     return figure
+
+
+def _not_a_number(value: object) -> bool:
+    return isinstance(value, bool) or not isinstance(value, int | float)
