@@ -24,6 +24,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from tinytf.config import read_yaml
+
 TARGET = 0.99  # "reaches": this share of the set answered right
 STILL_GUESSING = 0.5  # held-out accuracy under this at s1: the run has memorised, not generalised
 DELAY = 5  # s2 at least this many times s1
@@ -45,8 +47,7 @@ class Run:
         }
         if not accuracy["train_set"]:
             raise ValueError(f"{folder}: no train_set metrics; is it a run of a task with a fixed training set?")
-        config = (folder / "config.yaml").read_text()
-        seed = next(int(line.split(":")[1]) for line in config.splitlines() if line.startswith("seed:"))
+        seed = read_yaml(folder / "config.yaml")["seed"]
         weight_norm = {r["step"]: r["weight_norm"] for r in records if r["split"] == "train"}
         spectra = {r["step"]: r["norms"] for r in records if r["split"] == "fourier"}
         return Run(folder, seed, accuracy, weight_norm, spectra)

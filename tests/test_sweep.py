@@ -128,6 +128,10 @@ def test_show_png_draws_the_objective_against_each_parameter(grid, tmp_path):
     result = invoke("sweep", "show", folder, "--format", "png", "--out", tmp_path / "sweep.png")
     assert result.exit_code == 0, result.output
     assert (tmp_path / "sweep.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert_user_error(invoke("sweep", "show", folder, "--out", tmp_path / "t.csv"), "--out is for --format png")
+    assert_user_error(
+        invoke("sweep", "show", folder, "--format", "png", "--out", tmp_path / "no" / "s.png"), "no folder"
+    )
 
 
 def wait_for_a_run(folder, seconds=60):
@@ -315,6 +319,17 @@ def test_a_study_in_a_database_is_read_back_by_name(tmp_path):
     assert result.exit_code == 0, result.output
     assert [line.split(",")[2] for line in result.stdout.splitlines()[1:]] == ["done", "done"]
     assert_user_error(invoke("sweep", "show", "other", "--storage", url), "no sweep named 'other'")
+
+
+def test_a_study_another_program_made_is_one_line(tmp_path):
+    url = f"sqlite:///{tmp_path / 'optuna.db'}"
+    study = optuna.create_study(study_name="grid", storage=url)
+    study.tell(study.ask(), 1.0)
+    fragment = "the study 'grid' was not made by tinytf sweep"
+    assert_user_error(invoke("sweep", "show", "grid", "--storage", url), fragment)
+    path = write_sweep(tmp_path)
+    assert_user_error(invoke("sweep", path, "--storage", url, "--runs-dir", tmp_path / "sweeps"), fragment)
+    assert len(optuna.load_study(study_name="grid", storage=url).trials) == 1  # left as it was
 
 
 @pytest.mark.parametrize(

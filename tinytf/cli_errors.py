@@ -20,11 +20,10 @@ import typer
 from typer import TyperException
 from typer.core import TyperGroup
 
-from tinytf.errors import UserError
+from tinytf.errors import EXIT_INTERRUPTED, UserError
 
 Command = TypeVar("Command", bound=Callable[..., object])
 
-EXIT_INTERRUPTED = 130  # the shell's convention for "stopped by Ctrl-C"
 EXIT_BROKEN_PIPE = 141  # the shell's status of a program that SIGPIPE stopped (`cat big | head -1`)
 
 

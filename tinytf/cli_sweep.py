@@ -13,6 +13,7 @@ from typing import Annotated
 import typer
 
 from tinytf.cli_errors import EXIT_INTERRUPTED, OneLineUsageErrors, user_errors_exit_2
+from tinytf.errors import UserError
 
 
 class SweepCommands(OneLineUsageErrors):
@@ -98,9 +99,13 @@ def show(
 
     Example: tinytf sweep show sort-encoder-lr --format csv
     """
-    from tinytf.commands import writing
+    from tinytf.commands import check_writable_file, writing
     from tinytf.sweep.results import load_results, results_text
 
+    if out is not None:
+        if output_format is not SweepFormat.png:
+            raise UserError(f"--out {out}: --out is for --format png")
+        check_writable_file(out, "sweep.png")
     results = load_results(sweep, storage=storage, runs_dir=runs_dir)
     if output_format is SweepFormat.png:
         from tinytf.sweep.results import sweep_figure

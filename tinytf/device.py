@@ -9,6 +9,7 @@ command line loads them before it needs torch.
 from __future__ import annotations
 
 import contextlib
+import os
 from typing import TYPE_CHECKING
 
 from tinytf.errors import UserError
@@ -76,3 +77,8 @@ def model_device(model: nn.Module) -> torch.device:
     if parameter is None:
         raise ValueError("model_device: `model` has no parameters, so it lives on no device")
     return parameter.device
+
+
+def machine_cores() -> int:
+    """The cores this process may run on (its affinity, where the OS tells it)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1

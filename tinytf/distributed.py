@@ -45,7 +45,7 @@ import torch.distributed as dist
 from torch import nn
 
 from tinytf.batch import IGNORE, Batch
-from tinytf.device import select_device
+from tinytf.device import machine_cores, select_device
 from tinytf.errors import ConfigError, UserError
 from tinytf.evaluate import Correct, scored_loss
 
@@ -339,9 +339,8 @@ def join_job(requested_device: str, batch_size: int, whole_training_set: bool = 
     if launch is None:
         yield OneProcess()
         return
-    launch.check_batch_size(
-        batch_size, whole_training_set
-    )  # every process reads the same config: each refuses it alone, at once
+    # every process reads the same config: each refuses it alone, at once
+    launch.check_batch_size(batch_size, whole_training_set)
     torch.set_num_threads(threads_per_process(launch.local_world_size))
     owned = not dist.is_initialized()  # a program that joined a group itself keeps it
     if owned:
@@ -376,5 +375,4 @@ def threads_per_process(local_world_size: int) -> int:
     value = os.environ.get("OMP_NUM_THREADS", "")
     if value.isdigit() and int(value) >= 1:
         return int(value)
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    return max(1, cores // local_world_size)
+    return max(1, machine_cores() // local_world_size)

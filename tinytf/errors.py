@@ -5,6 +5,8 @@ file, an unknown token...). The CLI prints its message on one line and exits wit
 code 2; it never shows a traceback for these. Bugs stay ordinary exceptions.
 """
 
+EXIT_INTERRUPTED = 130  # the shell's convention for "stopped by Ctrl-C"
+
 
 class UserError(Exception):
     """A mistake in the user's input, explained in one line."""

@@ -141,12 +141,17 @@ class MetricsFileLogger(NullLogger):
         self.path = path
 
     def metrics(self, step: int, split: str, values: dict[str, float]) -> None:
-        finite = {key: value if math.isfinite(value) else None for key, value in values.items()}
-        append_text(self.path, json.dumps({"step": step, "split": split, **finite}, allow_nan=False) + "\n")
+        self._append({"step": step, "split": split, **{key: _finite(value) for key, value in values.items()}})
 
     def fourier(self, step: int, norms: list[float]) -> None:
-        record = {"step": step, "split": "fourier", "norms": norms}
+        self._append({"step": step, "split": "fourier", "norms": [_finite(norm) for norm in norms]})
+
+    def _append(self, record: dict[str, Any]) -> None:
         append_text(self.path, json.dumps(record, allow_nan=False) + "\n")
+
+
+def _finite(value: float) -> float | None:
+    return value if math.isfinite(value) else None
 
 
 class TensorBoardLogger(NullLogger):

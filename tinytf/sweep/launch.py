@@ -18,9 +18,10 @@ from pathlib import Path
 
 import optuna
 
-from tinytf.errors import UserError
+from tinytf.device import machine_cores
+from tinytf.errors import EXIT_INTERRUPTED, UserError
 from tinytf.files import check_run_name
-from tinytf.sweep.spec import EXIT_INTERRUPTED, Job, load_sweep
+from tinytf.sweep.spec import Job, load_sweep
 from tinytf.sweep.study import FINAL, open_study, retry_cut_short, settings_of, storage_for
 
 
@@ -28,7 +29,7 @@ def available_cores() -> int:
     """The cores the workers share: OMP_NUM_THREADS if set (a limit the user chose), else this process's."""
     if os.environ.get("OMP_NUM_THREADS", "").isdigit() and int(os.environ["OMP_NUM_THREADS"]) > 0:
         return int(os.environ["OMP_NUM_THREADS"])
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return machine_cores()
 
 
 @dataclass
@@ -37,7 +38,6 @@ class Outcome:
     finished: bool  # every setting is done (or failed for good)
     ran: bool  # workers were started: the sweep was not finished already
     interrupted: bool
-    retried: list[int]  # trials cut short earlier, tried again this time
     failed_workers: int = 0  # worker processes that ended with an error (a bug: they print its traceback)
 
 
@@ -68,7 +68,7 @@ def run_sweep(
     done = [s for s in settings_of(study) if s.state(len(sweep.seeds)) in FINAL]
     if len(done) >= sweep.budget:
         say(f"sweep {name}: finished, {len(done)} settings; see them with: tinytf sweep show {folder}")
-        return Outcome(folder, finished=True, ran=False, interrupted=False, retried=retried)
+        return Outcome(folder, finished=True, ran=False, interrupted=False)
     threads = max(1, available_cores() // workers)
     say(
         f"sweep {name}: {sweep.budget} settings x {len(sweep.seeds)} seeds ({len(done)} settings done), "
@@ -80,7 +80,7 @@ def run_sweep(
     interrupted = {EXIT_INTERRUPTED, -signal.SIGINT}  # a worker Ctrl-C reached before it could say so
     failed = sum(code not in (0, *interrupted) for code in codes)
     stopped = bool(interrupted & set(codes))
-    return Outcome(folder, finished, ran=True, interrupted=stopped, retried=retried, failed_workers=failed)
+    return Outcome(folder, finished, ran=True, interrupted=stopped, failed_workers=failed)
 
 
 def _run_workers(job: Job, workers: int) -> list[int]:

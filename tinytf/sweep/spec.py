@@ -35,7 +35,6 @@ from tinytf.plain_yaml import Lines, read_yaml_file
 
 METRICS = ("time_to_target", "steps_to_target", "val_loss", "val_seq_acc", "val_token_acc")
 MINIMIZED = ("time_to_target", "steps_to_target", "val_loss")  # the default direction of each metric
-EXIT_INTERRUPTED = 130  # a worker stopped by Ctrl-C, as a shell reports a process that SIGINT ended
 MAX_GRID = 10_000  # settings of a grid: each is a training per seed
 MAX_CHECKED = 1000  # grid settings tried on the base config before the sweep starts (a few ms each)
 Value = StrictBool | StrictInt | StrictFloat | str | None

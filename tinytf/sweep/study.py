@@ -9,11 +9,12 @@ attributes:
 - `seed`, and `setting`: the number of the setting's first trial;
 - `worker`: the host and process that ran it, so that a trial left running by a process
   that is gone (killed) can be told from one still running;
-- `retry_of`: set on the one retry a cut-short run gets (killed, or stopped by Ctrl-C);
+- `retry_of`, `kills`: set on the retry a cut-short run gets (killed, or stopped by Ctrl-C),
+  with the kills along its retries; `interrupted`: the run was stopped by Ctrl-C;
 - `surplus`: a trial asked for once every setting was taken (two processes asking at
   the same moment), closed as failed without training;
 - `error`: why a run failed for good (a setting that makes no valid config...);
-- `run`, `seconds`, `step`: its run folder, time inside `train()` and last step.
+- `run`, `seconds`: its run folder and time inside `train()`.
 """
 
 from __future__ import annotations
@@ -73,7 +74,9 @@ def open_study(sweep: Sweep, name: str, storage: optuna.storages.BaseStorage | s
         )
     made_by = sweep.model_dump(mode="json", by_alias=True, exclude={"trials"})
     saved = study.user_attrs.get("sweep")
-    if saved is None:
+    if saved is None and study.trials:
+        saved_sweep(study)  # trials but no sweep file recorded: another program's study
+    if saved is None:  # new (or cut off before its sweep file was recorded: it has no trial)
         study.set_user_attr("sweep", made_by)
     elif saved != made_by:
         changed = sorted(key for key in made_by if made_by[key] != saved.get(key))
@@ -100,6 +103,12 @@ def storage_errors(storage: optuna.storages.BaseStorage | str) -> Iterator[None]
 
 
 def saved_sweep(study: optuna.Study) -> Sweep:
+    """The sweep file a study was made by, as recorded in it."""
+    if "sweep" not in study.user_attrs:
+        raise UserError(
+            f"the study {study.study_name!r} was not made by tinytf sweep (it records no sweep file); "
+            "give this sweep another --name"
+        )
     return Sweep.model_validate(study.user_attrs["sweep"])
 
 

@@ -19,10 +19,10 @@ import time
 
 import optuna
 
-from tinytf.errors import UserError
+from tinytf.errors import EXIT_INTERRUPTED, UserError
 from tinytf.experiment import load_config
 from tinytf.loggers import NullLogger
-from tinytf.sweep.spec import EXIT_INTERRUPTED, Job, Param, overrides
+from tinytf.sweep.spec import Job, Param, overrides
 from tinytf.sweep.study import (
     HOST,
     has_work,
