@@ -7,6 +7,7 @@ import pytest
 from conftest import assert_user_error, invoke, tiny_data, train_tiny_run, write_config
 
 SENTENCES = {"name": "sentences", "min_len": 3, "max_len": 10, "eval_size": 20}
+ONE_PAIR = ["--clean", "the cat", "--corrupt", "the cats", "--answer", "sleeps", "--wrong", "sleep"]
 
 
 @pytest.fixture(scope="module")
@@ -50,20 +51,7 @@ def test_one_pair_by_layer_and_position_restores_all_where_the_prompts_differ(se
         (["--pairs", 5, "--construction", "subject", "--clean", "the cat"], "--pairs draws its pairs: drop --clean"),
         (["--clean", "the cat"], "give --clean, --corrupt, --answer and --wrong (one pair)"),
         (
-            [
-                *[
-                    "--clean",
-                    "the cat",
-                    "--corrupt",
-                    "the cats",
-                    "--answer",
-                    "sleeps",
-                    "--wrong",
-                    "sleep",
-                    "--construction",
-                    "subject",
-                ]
-            ],
+            [*ONE_PAIR, "--construction", "subject"],
             "--construction chooses the pairs --pairs draws",
         ),
         (

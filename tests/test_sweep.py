@@ -13,6 +13,7 @@ import pytest
 import yaml
 from conftest import ROOT, SUBPROCESS_ENV, assert_user_error, invoke, tiny_data, write_config
 
+from tinytf.errors import ConfigError
 from tinytf.sweep.study import STUDY_FILE
 
 
@@ -271,7 +272,7 @@ def test_show_names_what_is_not_a_sweep(tmp_path):
     assert_user_error(invoke("sweep", "show", "nothing", "--runs-dir", tmp_path), "no sweep there")
 
 
-def test_one_thread_each_when_the_workers_share_the_cores(monkeypatch):
+def test_the_workers_share_omp_num_threads_cores_else_the_machines(monkeypatch):
     from tinytf.sweep.launch import available_cores
 
     monkeypatch.setenv("OMP_NUM_THREADS", "3")
@@ -388,3 +389,12 @@ def test_a_choice_of_numbers_and_all_is_drawn_as_categories(tmp_path):
     assert [label.get_text() for label in axis.get_xticklabels()] == ["32", "64", "all"]  # the file's order
     rings = axis.collections[1::2]  # each row draws its dots, then its ring
     assert [tuple(ring.get_offsets()[0]) for ring in rings] == [(2, 0.2), (1, 0.5), (0, 0.9)]
+
+
+def test_every_setting_of_a_large_grid_is_checked_before_training(tmp_path):
+    from tinytf.sweep.spec import load_sweep
+
+    rates = [round(0.001 + i * 1e-6, 6) for i in range(1100)]
+    params = {"model.n_heads": {"choice": [1, 3]}, "train.lr": {"choice": rates}}  # n_heads 3 from setting 1,100 on
+    with pytest.raises(ConfigError, match=r"line \d+: params: --set model.n_heads=3"):
+        load_sweep(write_sweep(tmp_path, params=params))

@@ -31,6 +31,7 @@ from tinytf.tasks.sentences import (
     minimal_pairs,
 )
 from tinytf.tasks.text import MAX_TEXT_BYTES
+from tinytf.tasks.vocab import Vocabulary
 
 
 def task_config(name, **keys):
@@ -178,6 +179,17 @@ def test_sentences_vocabulary_and_lengths():
     for _, target in sample_strings(task):
         assert target[0] == "<bos>" and target[-1] == "<eos>"
         assert 3 <= len(target) - 2 <= 12
+
+
+@pytest.mark.parametrize(
+    ("dropped", "listed"), [(("mat",), "('mat'): "), (("mat", "cat", "dog", "sat", "on"), "'sat'...): ")]
+)
+def test_a_vocabulary_from_an_older_grammar_is_one_line(dropped, listed):
+    task = get_task(task_config("sentences"))
+    task.vocab = Vocabulary([word for word in task.vocab.tokens if word not in dropped])
+    with pytest.raises(UserError, match="lacks words of the sentences grammar") as raised:
+        task.pool  # noqa: B018 (built on first use)
+    assert listed in str(raised.value) and "train it again" in str(raised.value)
 
 
 COPULA_FORMS = {number: [word] for number, word in COPULA.items()}

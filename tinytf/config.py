@@ -275,8 +275,14 @@ def read_config(path: str | Path, overrides: Iterable[str] = (), check: Check | 
 
     Raises `ConfigError` with a one-line message for every user mistake.
     """
+    return config_variants(path, check)(overrides)
+
+
+def config_variants(path: str | Path, check: Check | None = None) -> Callable[[Iterable[str]], Config]:
+    """Read a YAML config file once: the function returned validates it with a set of
+    overrides (see `read_config`), as a sweep does for each of its settings."""
     data, lines = _read_document(path)
-    return _validate(data, overrides, str(path), check, lines)
+    return lambda overrides: _validate(data, overrides, str(path), check, lines)
 
 
 def parse_config(

@@ -18,25 +18,25 @@ ends of a range), and with `sampler: grid` every setting of the grid.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, ValidationError, model_validator
 
-from tinytf.config import MAX_CONFIG_BYTES, Config
+from tinytf.config import MAX_CONFIG_BYTES, Config, config_variants
 from tinytf.errors import ConfigError
-from tinytf.experiment import load_config
+from tinytf.experiment import check_config
 from tinytf.plain_yaml import Lines, read_yaml_file
 
 METRICS = ("time_to_target", "steps_to_target", "val_loss", "val_seq_acc", "val_token_acc")
 MINIMIZED = ("time_to_target", "steps_to_target", "val_loss")  # the default direction of each metric
 MAX_GRID = 10_000  # settings of a grid: each is a training per seed
-MAX_CHECKED = 1000  # grid settings tried on the base config before the sweep starts (a few ms each)
 Value = StrictBool | StrictInt | StrictFloat | str | None
 
 
@@ -163,16 +163,20 @@ def load_sweep(path: str | Path) -> tuple[Sweep, Path, Config]:
 def _check(sweep: Sweep, path: Path, base: Path, lines: Lines) -> Config:
     """The base config, and each value (or grid setting) applied to it: a `ConfigError`
     naming the sweep file's line for the first that does not make a valid config."""
-    config = _load(base, [], f"{path}: line {lines.get(('base',), 1)}: base")
+    with _naming(f"{path}: line {lines.get(('base',), 1)}: base"):
+        with_overrides = config_variants(base, check_config)
+        config = with_overrides([])
     _check_settings(sweep, path, lines)
     if sweep.sampler == "grid":
-        for setting in sweep.grid()[:MAX_CHECKED]:
+        for setting in sweep.grid():
             line = lines.get(("params", next(iter(setting), "")), lines.get(("params",), 1))
-            _load(base, overrides(setting), f"{path}: line {line}: params")
+            with _naming(f"{path}: line {line}: params"):
+                with_overrides(overrides(setting))
     else:
         for key, param in sweep.params.items():
             for value in param.ends():
-                _load(base, overrides({key: value}), f"{path}: line {lines.get(('params', key), 1)}: params")
+                with _naming(f"{path}: line {lines.get(('params', key), 1)}: params"):
+                    with_overrides(overrides({key: value}))
     if sweep.objective.metric.endswith("_to_target") and config.train.stop_at_accuracy is None:
         raise ConfigError(
             f"{path}: line {lines.get(('objective',), 1)}: objective: {sweep.objective.metric} needs "
@@ -199,9 +203,11 @@ def _check_settings(sweep: Sweep, path: Path, lines: Lines) -> None:
         raise ConfigError(f"{line('sampler')}: sampler {sweep.sampler}: give trials, the number of settings to try")
 
 
-def _load(base: Path, items: list[str], where: str) -> Config:
+@contextlib.contextmanager
+def _naming(where: str) -> Iterator[None]:
+    """A `ConfigError` inside, prefixed with `where`: the sweep file's line that caused it."""
     try:
-        return load_config(base, items)
+        yield
     except ConfigError as err:
         raise ConfigError(f"{where}: {err}") from None
 

@@ -27,7 +27,7 @@ import itertools
 import random
 from collections.abc import Set
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cache, cached_property
 
 from tinytf.config import TaskConfig
 from tinytf.errors import ConfigError, UserError
@@ -94,6 +94,12 @@ def held_out_adjectives(noun: str) -> list[str]:
     from them begin no training sentence, so they test the relation, not memory."""
     adjectives = list(ANTONYMS)
     return [adjectives[(NOUN_INDEX[noun] + k) % len(adjectives)] for k in range(HELD_OUT_ADJECTIVES)]
+
+
+@cache
+def training_adjectives(noun: str) -> tuple[str, ...]:
+    """The first adjectives training sentences may give `noun`: all but its held-out ones."""
+    return tuple(word for word in ANTONYMS if word not in held_out_adjectives(noun))
 
 
 def sentence_words(tokens: list[str]) -> list[list[list[tuple[int, str]]]]:
@@ -165,7 +171,7 @@ class Grammar:
         roll = self.rng.random()
         if roll < SEMANTIC_SHARE:
             subject = next(word for word in clause if word in NOUN_WORDS)
-            first = self.rng.choice([word for word in ANTONYMS if word not in held_out_adjectives(subject)])
+            first = self.rng.choice(training_adjectives(subject))
             link = self.rng.choice(list(SEMANTIC))
             return [*clause, COPULA[number], first, ",", link, SEMANTIC[link][first]]
         clause += self.verb_phrase(number, depth=0)
@@ -313,8 +319,9 @@ class Sentences(LanguageModelTask):
     def pool(self) -> Pairs:
         """POOL_SIZE sentences of min_len..max_len words, as <bos> words <eos>."""
         if missing := [word for word in all_words() if word not in self.vocab.ids]:
+            some = ", ".join(map(repr, missing[:4])) + ("..." if len(missing) > 4 else "")
             raise UserError(
-                f"this vocabulary lacks words of the sentences grammar ({', '.join(map(repr, missing[:4]))}...): "
+                f"this vocabulary lacks words of the sentences grammar ({some}): "
                 "the run was trained on an older grammar; train it again"
             )
         grammar = Grammar(random.Random(POOL_SEED))
