@@ -153,3 +153,17 @@ def test_a_resumed_runs_spectrum_image_starts_from_the_spectra_before(tmp_path, 
     monkeypatch.setattr(viz, "spectrum_figure", lambda spectra: drawn.append(sorted(spectra)) or draw(spectra))
     train(config, resume=stopped.run_dir)
     assert drawn == [[3, 6, 8]]  # evaluated at 3 before the stop, at 6 and 8 after; drawn at 8
+
+
+def test_an_encoder_answers_c_at_the_first_numbers_position_and_eos_after():
+    from tinytf.framing import get_framing
+
+    task = get_task(TaskConfig(name="modular-add", modulus=11, train_fraction=0.4))
+    pairs = TaskData(task, seed=0).train_pairs(5)
+    batch = get_framing(task, "encoder").frame(pairs)
+    for i in range(len(pairs)):
+        source, target = pairs.example(i)
+        (a, b), (c,) = task.vocab.decode(source), task.vocab.decode(target)
+        assert task.vocab.decode(batch.tokens[i].tolist()) == [a, b]
+        assert task.vocab.decode(batch.labels[i].tolist()) == [c, "<eos>"]
+        assert int(c) == (int(a) + int(b)) % 11

@@ -3,7 +3,8 @@
 Source "a b", two numbers below p = `task.modulus` (type it as "5 7"); target c, with
 c = (a + b) mod p. The p² examples form one table: a run trains on a fixed, seeded
 `task.train_fraction` of them and holds out the rest (see `TableTask`). In the decoder,
-<sep> plays "=": the model reads "a b =" and writes c, as in Nanda et al. (2023).
+<sep> plays "=": the model reads "a b =" and writes c, as in Nanda et al. (2023); an
+encoder answers c at a's position (and <eos> at b's), reading both numbers at once.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ from tinytf.tasks.vocab import Vocabulary
 class ModularAdd(TableTask):
     name = "modular-add"
     description = "a b -> (a + b) mod task.modulus, trained on a fixed task.train_fraction of all pairs: 5 7 -> 12"
-    archs = ("decoder", "encoder-decoder")
     config_keys = ("modulus", "train_fraction")
     max_source_len = 2
     max_target_len = 1

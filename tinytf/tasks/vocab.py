@@ -66,7 +66,7 @@ class Vocabulary:
         if unknown:
             raise UnknownTokenError(
                 f"unknown token{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))}; "
-                f"the vocabulary has {len(self)} tokens: {self.describe()}"
+                f"the vocabulary has {len(self) - len(SPECIALS)} tokens besides its specials: {self.describe()}"
             )
         return [self.ids[token] for token in tokens]
 
