@@ -69,17 +69,22 @@ def test_what_cannot_be_patched_is_one_line(sentences_run, args, message):
     assert_user_error(invoke("patch", "--run", sentences_run, *args), message)
 
 
-def test_only_a_language_model_of_sentences_draws_pairs(run, tmp_path):
+def test_a_decoder_that_answers_questions_is_patched_one_pair_at_a_time(run, tmp_path):
+    one_pair = ["--clean", "1 2 3", "--corrupt", "4 2 3", "--answer", "1", "--wrong", "2"]
+    result = invoke("patch", "--run", run, *one_pair, "--by", "layer-position")  # sort: the answer's first token
+    assert result.exit_code == 0, result.output
+    rows = [line.split() for line in result.stdout.splitlines()[3:]]
+    assert ["resid_pre", "0", "-", "0", "1.000"] in rows  # where the prompts differ
     assert_user_error(
         invoke("patch", "--run", run, "--pairs", 5, "--construction", "subject"),
         "--pairs draws minimal pairs of the sentences task, not of sort",
     )
     encoder = train_tiny_run(tmp_path, model={"arch": "encoder"}, train={"steps": 2, "eval_every": 2})
-    one_pair = ["--clean", "1 2", "--corrupt", "2 1", "--answer", "1", "--wrong", "2"]
-    assert_user_error(
-        invoke("patch", "--run", encoder, *one_pair),
-        "patching and attribution read language models (the next word after a prompt); sort answers questions",
-    )
+    for command in (["patch", *one_pair], ["attribute", "1 2", "--answer", "1", "--wrong", "2"]):
+        assert_user_error(
+            invoke(*command, "--run", encoder),
+            "patching and attribution read decoder-only models (the next token after a prompt); this run is an encoder",
+        )
 
 
 def test_attribute_splits_the_logit_difference_into_parts_that_add_up(sentences_run):

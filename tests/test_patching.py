@@ -5,6 +5,7 @@ replacement written by hand with run_with_hooks, and bad pairs are one-line erro
 import pytest
 import torch
 
+from tinytf.batch import single_pair
 from tinytf.config import config_from_dict
 from tinytf.errors import UserError
 from tinytf.framing import get_framing
@@ -115,3 +116,35 @@ def test_a_post_norm_model_cannot_be_decomposed():
     model = build_model(config, len(get_task(config.task).vocab)).eval()
     with pytest.raises(UserError, match=r"needs model\.norm=pre or none: with post-norm a LayerNorm follows"):
         attribute(model, torch.tensor([[1, 2, 3]]), 4, 5)
+
+
+@pytest.mark.parametrize("task_keys", [{"name": "modular-add", "modulus": 11}, {"name": "sort", "bos": True}])
+def test_a_question_is_patched_at_its_sep_as_the_decoder_was_trained(task_keys):
+    # The prompt is the training sequence up to <sep>, whose prediction is the answer's first token:
+    # its LD is the one the framed training batch gives there, and patching the differing operand restores all.
+    model_keys = {"d_model": 32, "n_heads": 2, "n_layers": 2}
+    config = config_from_dict({"task": task_keys, "model": model_keys, "train": {"batch_size": 8}})
+    torch.manual_seed(2)
+    task = get_task(config.task)
+    model, framing = build_model(config, len(task.vocab)).eval(), get_framing(task, "decoder")
+    numbers = ("5 7", "5 8", "1", "2") if task.name == "modular-add" else ("3 1 2", "3 0 2", "1", "0")
+    (prompts,) = prompts_of(framing, [MinimalPair(*numbers)], 64)
+    vocab = task.vocab
+    bos = [vocab.bos_id] if framing.bos else []
+    assert prompts.clean.tolist() == [[*bos, *vocab.encode(numbers[0]), vocab.sep_id]]
+    with torch.no_grad():
+        trained = framing.frame(single_pair(vocab.encode(numbers[0]), vocab.encode(numbers[2])))
+        at_sep = model(trained.tokens)[:, prompts.clean.size(1) - 1]  # (1, V)
+    report = patch(model, [prompts], by="layer-position")
+    assert trained.labels[0, prompts.clean.size(1) - 1] == vocab.ids[numbers[2]]  # <sep> is scored on it
+    assert report.ld_clean == pytest.approx(float(at_sep[0, prompts.answer] - at_sep[0, prompts.wrong]), abs=1e-5)
+    entering = {r.position: r.restored for r in report.results if (r.component, r.layer) == ("resid_pre", 0)}
+    differing = len(bos) + 1
+    assert entering[differing] == pytest.approx(1.0, abs=1e-5)
+    assert all(restored == pytest.approx(0.0, abs=1e-5) for p, restored in entering.items() if p != differing)
+
+
+def test_an_encoder_is_not_patched():
+    task = get_task(config_from_dict({"task": {"name": "modular-add"}}).task)
+    with pytest.raises(UserError, match=r"read decoder-only models .* this run is an encoder: train it with"):
+        prompts_of(get_framing(task, "encoder"), [MinimalPair("5 7", "5 8", "12", "13")], 64)

@@ -256,7 +256,7 @@ def patch(
 @app.command("attribute")
 @user_errors_exit_2
 def attribute_command(
-    text: Annotated[str, typer.Argument(help="A prompt; the model's next word is scored.")],
+    text: Annotated[str, typer.Argument(help="A prompt, or a question; the model's next token is scored.")],
     answer: Annotated[str, typer.Option("--answer", help="The word whose logit is counted for.")],
     wrong: Annotated[str, typer.Option("--wrong", help="The word whose logit is counted against.")],
     run: RunOption = None,

@@ -15,6 +15,10 @@ deciding word, the clean answer comes back. How much of it comes back:
 nothing. Over many pairs the LDs are averaged first, then the ratio taken (a pair whose
 clean and corrupted LDs nearly agree would make its own ratio explode).
 
+A question task trained as a decoder is read the same way: "5 7" vs "5 8" in modular
+addition, its prompt `[<bos>] source <sep>`, and LD scores the answer's first token ("12"
+against "13").
+
 Components, by hook name (hooks.py), for a decoder-only model:
 
     by="head"            each head's output `decoder.L.self.z[:, h]`, at every position at once
@@ -30,7 +34,7 @@ from dataclasses import asdict, dataclass, field
 import torch
 
 from tinytf.errors import UserError
-from tinytf.framing import Framing
+from tinytf.framing import DecoderFraming, Framing, LanguageModelFraming
 from tinytf.model import Transformer
 from tinytf.tasks.sentences import MinimalPair
 
@@ -70,18 +74,13 @@ class PatchReport:
 
 
 def prompts_of(framing: Framing, pairs: Sequence[MinimalPair], max_len: int) -> list[Prompts]:
-    """Minimal pairs as text -> `Prompts` as the language model `framing` reads typed text
-    (<bos> first where the task has one), one group per prompt length. A `UserError` for a
+    """Minimal pairs as text -> `Prompts` as the decoder-only model `framing` reads typed
+    text (`prompt_ids`), one group per prompt length. A `UserError` for a
     pair whose prompts differ in length, hold words the vocabulary lacks or outrun `max_len`,
     or whose answer or wrong answer is not one token."""
-    if framing.answers_questions:
-        raise UserError(
-            "patching and attribution read language models (the next word after a prompt); "
-            f"{framing.task.name} answers questions"
-        )
     groups: dict[int, list[tuple[list[int], list[int], int, int]]] = {}
     for pair in pairs:
-        clean, corrupt = (framing.typed_input(text, max_len) for text in (pair.clean, pair.corrupt))
+        clean, corrupt = (prompt_ids(framing, text, max_len) for text in (pair.clean, pair.corrupt))
         if len(clean) != len(corrupt):
             lengths = [len(framing.task.vocab.tokenize(text)) for text in (pair.clean, pair.corrupt)]
             raise UserError(
@@ -93,6 +92,20 @@ def prompts_of(framing: Framing, pairs: Sequence[MinimalPair], max_len: int) -> 
             raise UserError(f"{pair.answer!r} and {pair.wrong!r} must each be one token")
         groups.setdefault(len(clean), []).append((clean, corrupt, answers[0][0], answers[1][0]))
     return [Prompts(*(torch.tensor([row[i] for row in rows]) for i in range(4))) for _, rows in sorted(groups.items())]
+
+
+def prompt_ids(framing: Framing, text: str, max_len: int) -> list[int]:
+    """What a decoder-only model has read when it writes the token LD scores: a language
+    model's prompt as typed, a question's `[<bos>] source <sep>` (its answer's first token next)."""
+    if not isinstance(framing, DecoderFraming | LanguageModelFraming):
+        raise UserError(
+            f"patching and attribution read decoder-only models (the next token after a prompt); this run is "
+            f"an {framing.name}: train it with model.arch=decoder"
+        )
+    ids = framing.typed_input(text, max_len)
+    if isinstance(framing, LanguageModelFraming):
+        return ids
+    return [framing.vocab.bos_id] * framing.bos + ids + [framing.vocab.sep_id]
 
 
 def logit_difference(logits: torch.Tensor, answer: torch.Tensor, wrong: torch.Tensor) -> torch.Tensor:
