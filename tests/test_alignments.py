@@ -2,6 +2,7 @@
 and each framing's placement of them, checked against the batch that `frame` builds."""
 
 import random
+from collections import Counter
 
 import pytest
 import torch
@@ -292,11 +293,15 @@ def test_every_pair_lands_on_its_answer_token_and_source_token(name, arch, bos):
         given = 0 if given_lengths is None else int(given_lengths[0])  # tokens whose prediction is not scored
         expected = task.alignments(source, target)
         placed = framing.alignments(source, target, batch.tokens.size(1), keys.size(0))
+        unbounded = framing.alignments(source, target, 10**6, 10**6)  # no query can take every key
         assert set(placed) == set(expected) == set(task.alignment_patterns)
         for pattern, alignment in placed.items():
             assert (alignment.stack, alignment.kind) == (stack, kind)
-            assert len(alignment.pairs) == len(expected[pattern])  # a whole example: nothing dropped
-            for (q, k), (j, i) in zip(alignment.pairs, expected[pattern], strict=True):
+            every_pair = unbounded[pattern].pairs
+            assert len(every_pair) == len(expected[pattern])  # a whole example: no pair outside the map
+            keys_of = Counter(q for q, _ in every_pair)
+            assert alignment.pairs == tuple((q, k) for q, k in every_pair if keys_of[q] < keys.size(0))
+            for (q, k), (j, i) in zip(every_pair, expected[pattern], strict=True):
                 label = int(batch.labels[0, q])
                 assert label == target[j] or (label == IGNORE and j < given), (pattern, source, target, q, j)
                 assert int(keys[k]) == read[i], (pattern, source, target, k, i)
@@ -329,3 +334,17 @@ def test_the_placed_pairs_index_the_models_attention_map_of_that_name(name, arch
     placed = framing.alignments(source, target, query_len, key_len)
     assert placed == framing.alignments(source, target, 10**6, 10**6)  # every pair lies inside the map
     assert any(alignment.pairs for alignment in placed.values())  # (a sentence shows some of its patterns)
+
+
+def test_a_query_whose_pattern_takes_every_key_is_left_out():
+    # Any head puts all its attention on a pattern that holds every key it can see: no score.
+    add = make_task("modular-add", modulus=7)
+    source, target = add.vocab.encode("3 5"), add.vocab.encode("1")
+    assert get_framing(add, "encoder").alignments(source, target, 2, 2)["operands"].pairs == ()  # a reads a, b
+    assert get_framing(add, "decoder").alignments(source, target, 4, 4)["operands"].pairs == ((2, 0), (2, 1))
+    histogram = make_task("histogram", vocab_size=3, min_len=3, max_len=3)
+    encoder = get_framing(histogram, "encoder")
+    same, mixed = histogram.vocab.encode("1 1 1"), histogram.vocab.encode("1 2 1")
+    counts = [0, 0, 0]  # the pattern reads the source; the target only says how many answers
+    assert encoder.alignments(same, counts, 3, 3)["histogram"].pairs == ()
+    assert set(encoder.alignments(mixed, counts, 3, 3)["histogram"].pairs) == {(0, 0), (0, 2), (1, 1), (2, 0), (2, 2)}

@@ -75,6 +75,9 @@ def test_a_decoder_that_answers_questions_is_patched_one_pair_at_a_time(run, tmp
     assert result.exit_code == 0, result.output
     rows = [line.split() for line in result.stdout.splitlines()[3:]]
     assert ["resid_pre", "0", "-", "0", "1.000"] in rows  # where the prompts differ
+    assert result.stderr == ""
+    short = invoke("attribute", "1 2", "--answer", "1", "--wrong", "2", "--run", run)  # sort trained on 3 to 5
+    assert short.exit_code == 0 and "note: the input has 2 tokens; the model was trained on inputs of 3" in short.stderr
     assert_user_error(
         invoke("patch", "--run", run, "--pairs", 5, "--construction", "subject"),
         "--pairs draws minimal pairs of the sentences task, not of sort",

@@ -142,6 +142,9 @@ def test_a_question_is_patched_at_its_sep_as_the_decoder_was_trained(task_keys):
     differing = len(bos) + 1
     assert entering[differing] == pytest.approx(1.0, abs=1e-5)
     assert all(restored == pytest.approx(0.0, abs=1e-5) for p, restored in entering.items() if p != differing)
+    attributed = attribute(model, prompts.clean, int(prompts.answer[0]), int(prompts.wrong[0]))
+    assert attributed.ld == pytest.approx(report.ld_clean, abs=1e-5)
+    assert sum(part.contribution for part in attributed.components) == pytest.approx(attributed.ld, abs=1e-4)
 
 
 def test_an_encoder_is_not_patched():

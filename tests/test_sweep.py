@@ -326,11 +326,17 @@ def test_a_study_another_program_made_is_one_line(tmp_path):
     url = f"sqlite:///{tmp_path / 'optuna.db'}"
     study = optuna.create_study(study_name="grid", storage=url)
     study.tell(study.ask(), 1.0)
-    fragment = "the study 'grid' was not made by tinytf sweep"
-    assert_user_error(invoke("sweep", "show", "grid", "--storage", url), fragment)
+    fragment = "the study 'grid' was not made by tinytf sweep (it records no sweep file)"
+    shown = invoke("sweep", "show", "grid", "--storage", url)
+    assert_user_error(shown, fragment)
+    assert "--name" not in shown.stderr  # show has none
     path = write_sweep(tmp_path)
-    assert_user_error(invoke("sweep", path, "--storage", url, "--runs-dir", tmp_path / "sweeps"), fragment)
+    sweep_here = ["--storage", url, "--runs-dir", tmp_path / "sweeps"]
+    assert_user_error(invoke("sweep", path, *sweep_here), f"{fragment}; give this sweep another --name")
     assert len(optuna.load_study(study_name="grid", storage=url).trials) == 1  # left as it was
+    optuna.create_study(study_name="empty", storage=url, direction="maximize")  # no trial, the other direction
+    assert_user_error(invoke("sweep", path, "--name", "empty", *sweep_here), "the study 'empty' was not made by")
+    assert optuna.load_study(study_name="empty", storage=url).user_attrs == {}
 
 
 @pytest.mark.parametrize(

@@ -219,8 +219,8 @@ def patch(
     corrupt: Annotated[
         str | None, typer.Option("--corrupt", help="The same prompt, but for the deciding word.")
     ] = None,
-    answer: Annotated[str | None, typer.Option("--answer", help="The clean prompt's next word.")] = None,
-    wrong: Annotated[str | None, typer.Option("--wrong", help="The corrupted prompt's next word.")] = None,
+    answer: Annotated[str | None, typer.Option("--answer", help="The clean prompt's next token.")] = None,
+    wrong: Annotated[str | None, typer.Option("--wrong", help="The corrupted prompt's next token.")] = None,
     pairs: Annotated[
         int | None, typer.Option("--pairs", min=1, max=10_000, help="Draw N minimal pairs instead.")
     ] = None,
@@ -247,6 +247,8 @@ def patch(
     loaded = load_chosen_run(run, runs_dir, checkpoint)
     chosen = None if construction is None else construction.value
     report, tokens = patch_pairs(loaded, (clean, corrupt, answer, wrong), pairs, chosen, by.value)
+    if clean is not None:
+        note_length(loaded, clean)
     if output_format is PatchFormat.png:
         typer.echo(f"wrote {write_patch_png(report, tokens, out)}")
     else:
@@ -257,8 +259,8 @@ def patch(
 @user_errors_exit_2
 def attribute_command(
     text: Annotated[str, typer.Argument(help="A prompt, or a question; the model's next token is scored.")],
-    answer: Annotated[str, typer.Option("--answer", help="The word whose logit is counted for.")],
-    wrong: Annotated[str, typer.Option("--wrong", help="The word whose logit is counted against.")],
+    answer: Annotated[str, typer.Option("--answer", help="The token whose logit is counted for.")],
+    wrong: Annotated[str, typer.Option("--wrong", help="The token whose logit is counted against.")],
     run: RunOption = None,
     runs_dir: RunsDirOption = Path("runs"),
     checkpoint: CheckpointOption = Checkpoint.best,
@@ -273,9 +275,17 @@ def attribute_command(
 
     loaded = load_chosen_run(run, runs_dir, checkpoint)
     report = attribution(loaded, text, answer, wrong)
+    note_length(loaded, text)
     typer.echo(
         attribution_output(loaded, report, checkpoint.value, as_json=output_format is TableFormat.json), nl=False
     )
+
+
+def note_length(loaded: LoadedRun, text: str) -> None:
+    """A note on stderr when `text` is shorter or longer than every input the model trained on."""
+    framing = loaded.framing
+    if (note := framing.length_note(framing.typed_input(text, loaded.config.model.max_len))) is not None:
+        typer.echo(f"note: {note}", err=True)
 
 
 # --------------------------------------------------------------------------- predict / eval

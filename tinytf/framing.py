@@ -51,6 +51,7 @@ Adding an architecture is one class and one line in FRAMINGS.
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
 from typing import TYPE_CHECKING, ClassVar
 
 from tinytf.batch import (
@@ -138,14 +139,16 @@ class Framing:
         (or typed_batch: the same layout), mapped to (query, key) positions of the attention
         maps that read the answer and the source (see the module docstring). query_len and
         key_len are those maps' sizes (T_q, T_k); pairs outside them (an answer cut at
-        max_len) are dropped."""
+        max_len) are dropped, and so are the queries whose pairs take every key: any head
+        would score 1 there (modular-add's a in an encoder, which reads only a and b)."""
         stack, kind = self.alignment_attention
         query_0, key_0 = self.alignment_origin(source)
         placed: dict[str, Alignment] = {}
         for pattern, pairs in self.task.alignments(source, target).items():
             positions = ((query_0 + j, key_0 + i) for j, i in pairs)
-            inside = tuple((q, k) for q, k in positions if 0 <= q < query_len and 0 <= k < key_len)
-            placed[pattern] = Alignment(stack, kind, inside)
+            inside = [(q, k) for q, k in positions if 0 <= q < query_len and 0 <= k < key_len]
+            keys_of = Counter(q for q, _ in set(inside))
+            placed[pattern] = Alignment(stack, kind, tuple((q, k) for q, k in inside if keys_of[q] < key_len))
         return placed
 
     def answers(self, model: nn.Module, pairs: Pairs) -> list[list[int]]:

@@ -24,8 +24,8 @@ The patterns (a textbook chapter on attention tabulates the first three and the 
                 algorithm reads (copy, reverse, sort, histogram; sentences: from the
                 position that predicts a verb to its subject, the syntactic pattern; a
                 pronoun to its antecedent, coreference; an antonym or synonym to the
-                word it relates to, semantic; modular-add: from `=` to both numbers,
-                operands)
+                word it relates to, semantic; modular-add: from the query that writes the
+                sum to both numbers, operands)
 
 Cross-attention reads another sequence (queries from the answer, keys from the source):
 only `first` and the task's alignments apply there. A head's `entropy` (nats, averaged

@@ -44,7 +44,7 @@ LAYER_COMPONENTS = ("resid_pre", "attn_out", "mlp_out")
 
 @dataclass(frozen=True)
 class Prompts:
-    """Minimal pairs as ids of equal length (<bos> included): one row per pair."""
+    """Minimal pairs as ids of equal length, as the model reads them (`prompt_ids`): one row per pair."""
 
     clean: torch.Tensor  # (N, T)
     corrupt: torch.Tensor  # (N, T)
@@ -75,9 +75,9 @@ class PatchReport:
 
 def prompts_of(framing: Framing, pairs: Sequence[MinimalPair], max_len: int) -> list[Prompts]:
     """Minimal pairs as text -> `Prompts` as the decoder-only model `framing` reads typed
-    text (`prompt_ids`), one group per prompt length. A `UserError` for a
-    pair whose prompts differ in length, hold words the vocabulary lacks or outrun `max_len`,
-    or whose answer or wrong answer is not one token."""
+    text (`prompt_ids`), one group per prompt length. A `UserError` for a framing that is
+    not a decoder's, or a pair whose prompts differ in length, hold words the vocabulary
+    lacks or outrun `max_len`, or whose answer or wrong answer is not one token."""
     groups: dict[int, list[tuple[list[int], list[int], int, int]]] = {}
     for pair in pairs:
         clean, corrupt = (prompt_ids(framing, text, max_len) for text in (pair.clean, pair.corrupt))
@@ -125,7 +125,7 @@ def patch(model: Transformer, groups: Sequence[Prompts], by: str = "head") -> Pa
             f"{by} compares positions, which do not line up across prompts of {lengths} tokens: patch by head"
         )
     if model.decoder is None or model.encoder is not None:
-        raise UserError("activation patching reads decoder-only models (the next word after a prompt)")
+        raise UserError("activation patching reads decoder-only models (the next token after a prompt)")
     runs = [_patch_group(model, prompts, by) for prompts in groups]
     pairs = sum(len(prompts.answer) for prompts in groups)
     ld_clean = sum(float(run.clean.sum()) for run in runs) / pairs
@@ -227,7 +227,7 @@ def attribute(model: Transformer, tokens: torch.Tensor, answer: int, wrong: int)
     once its scale is fixed to the run's, so each part's contribution is
     (part - mean(part)) / scale * gamma . (W_U[answer] - W_U[wrong]), and they add up to LD."""
     if model.decoder is None or model.encoder is not None:
-        raise UserError("logit attribution reads decoder-only models (the next word after a prompt)")
+        raise UserError("logit attribution reads decoder-only models (the next token after a prompt)")
     if model.config.norm == "post":
         raise UserError(
             "logit attribution needs model.norm=pre or none: with post-norm a LayerNorm follows every sublayer, "

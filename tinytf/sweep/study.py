@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import optuna
+from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -74,9 +75,11 @@ def open_study(sweep: Sweep, name: str, storage: optuna.storages.BaseStorage | s
         )
     made_by = sweep.model_dump(mode="json", by_alias=True, exclude={"trials"})
     saved = study.user_attrs.get("sweep")
-    if saved is None and study.trials:
-        saved_sweep(study)  # trials but no sweep file recorded: another program's study
-    if saved is None:  # new (or cut off before its sweep file was recorded: it has no trial)
+    if saved is None:
+        # New, or cut off before it recorded its sweep file: no trial yet, in the sweep's direction
+        fresh = study.directions == [StudyDirection[direction.upper()]] and not study.get_trials(deepcopy=False)
+        if not fresh:
+            raise UserError(f"{not_a_sweep(study)}; give this sweep another --name")
         study.set_user_attr("sweep", made_by)
     elif saved != made_by:
         changed = sorted(key for key in made_by if made_by[key] != saved.get(key))
@@ -105,11 +108,12 @@ def storage_errors(storage: optuna.storages.BaseStorage | str) -> Iterator[None]
 def saved_sweep(study: optuna.Study) -> Sweep:
     """The sweep file a study was made by, as recorded in it."""
     if "sweep" not in study.user_attrs:
-        raise UserError(
-            f"the study {study.study_name!r} was not made by tinytf sweep (it records no sweep file); "
-            "give this sweep another --name"
-        )
+        raise UserError(not_a_sweep(study))
     return Sweep.model_validate(study.user_attrs["sweep"])
+
+
+def not_a_sweep(study: optuna.Study) -> str:
+    return f"the study {study.study_name!r} was not made by tinytf sweep (it records no sweep file)"
 
 
 FINAL = ("done", "pruned", "failed")  # a run's or a setting's states that no later sweep changes
