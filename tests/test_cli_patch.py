@@ -62,7 +62,10 @@ def test_one_pair_by_layer_and_position_restores_all_where_the_prompts_differ(se
             ["--clean", "the cat", "--corrupt", "the cats", "--answer", "purrs", "--wrong", "sleep"],
             "unknown token 'purrs'",
         ),
-        (["--pairs", 5, "--construction", "metaphor"], "--construction: 'metaphor' is not one of"),
+        (
+            ["--pairs", 5, "--construction", "metaphor"],
+            "--construction metaphor: one of subject, coreference, semantic for sentences",
+        ),
     ],
 )
 def test_what_cannot_be_patched_is_one_line(sentences_run, args, message):
@@ -80,7 +83,7 @@ def test_a_decoder_that_answers_questions_is_patched_one_pair_at_a_time(run, tmp
     assert short.exit_code == 0 and "note: the input has 2 tokens; the model was trained on inputs of 3" in short.stderr
     assert_user_error(
         invoke("patch", "--run", run, "--pairs", 5, "--construction", "subject"),
-        "--pairs draws minimal pairs of the sentences task, not of sort",
+        "--pairs draws minimal pairs of sentences and modular-add, not of sort: give one pair",
     )
     encoder = train_tiny_run(tmp_path, model={"arch": "encoder"}, train={"steps": 2, "eval_every": 2})
     for command in (["patch", *one_pair], ["attribute", "1 2", "--answer", "1", "--wrong", "2"]):
@@ -107,3 +110,19 @@ def test_png_draws_the_heatmaps_to_the_file_named(sentences_run, tmp_path):
     assert result.exit_code == 0, result.output
     assert result.stdout == f"wrote {out}\n" and out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert_user_error(invoke(*args, "--out", tmp_path / "t.txt"), "--out is for --format png")
+
+
+def test_a_modular_addition_decoder_is_patched_on_pairs_of_its_held_out_sums(tmp_path):
+    data = tiny_data(train={"steps": 4, "eval_every": 4, "batch_size": "all"})
+    data["task"] = {"name": "modular-add", "modulus": 11, "train_fraction": 0.4}
+    assert invoke("train", write_config(tmp_path, data), "--runs-dir", tmp_path / "runs").exit_code == 0
+    (run,) = (tmp_path / "runs").iterdir()
+    result = invoke("patch", "--run", run, "--pairs", 30, "--construction", "b", "--format", "json")
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["pairs"] == 30 and {(r["layer"], r["head"]) for r in report["results"]} == {(0, 0), (0, 1)}
+    assert_user_error(invoke("patch", "--run", run, "--pairs", 5), "--pairs 5 needs --construction (a, b)")
+    assert_user_error(
+        invoke("patch", "--run", run, "--pairs", 5, "--construction", "subject"),
+        "--construction subject: one of a, b for modular-add",
+    )

@@ -9,7 +9,7 @@ from tinytf import viz
 from tinytf.config import TaskConfig, config_from_dict
 from tinytf.data import TaskData
 from tinytf.distributed import Launch, OneProcess
-from tinytf.errors import ConfigError
+from tinytf.errors import ConfigError, UserError
 from tinytf.evaluate import evaluate
 from tinytf.experiment import check_config
 from tinytf.loggers import RecordingLogger
@@ -167,3 +167,24 @@ def test_an_encoder_answers_c_at_the_first_numbers_position_and_eos_after():
         assert task.vocab.decode(batch.tokens[i].tolist()) == [a, b]
         assert task.vocab.decode(batch.labels[i].tolist()) == [c, "<eos>"]
         assert int(c) == (int(a) + int(b)) % 11
+
+
+@pytest.mark.parametrize("construction", ["a", "b"])
+def test_minimal_pairs_change_one_number_and_come_from_the_held_out_set(construction):
+    task = get_task(TaskConfig(name="modular-add", modulus=11, train_fraction=0.4))
+    held_out = TaskData(task, seed=3).held_out
+    held = {tuple(task.vocab.decode(held_out.example(i)[0])) for i in range(len(held_out))}
+    pairs = task.held_out_pairs(construction, 40, seed=1, held_out=held_out)
+    assert len(pairs) == 40 and pairs == task.held_out_pairs(construction, 40, seed=1, held_out=held_out)
+    changed = "ab".index(construction)
+    for pair in pairs:
+        clean, corrupt = pair.clean.split(), pair.corrupt.split()
+        assert tuple(clean) in held and tuple(corrupt) in held
+        assert clean[1 - changed] == corrupt[1 - changed] and clean[changed] != corrupt[changed]
+        assert int(pair.answer) == (int(clean[0]) + int(clean[1])) % 11 != int(pair.wrong)
+        assert int(pair.wrong) == (int(corrupt[0]) + int(corrupt[1])) % 11
+    order = [" ".join(task.vocab.decode(held_out.example(i)[0])) for i in range(len(held_out))]
+    positions = [order.index(pair.clean) for pair in pairs]
+    assert positions == sorted(positions)  # in the held-out set's (random) order
+    with pytest.raises(UserError, match=f"too few {construction} pairs in the run's held-out set: found"):
+        task.held_out_pairs(construction, 1000, held_out=held_out)

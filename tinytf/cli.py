@@ -24,7 +24,6 @@ from tinytf.cli_options import (
     AttendFormat,
     Checkpoint,
     CheckpointOption,
-    Construction,
     Device,
     OverridesOption,
     PatchBy,
@@ -224,7 +223,13 @@ def patch(
     pairs: Annotated[
         int | None, typer.Option("--pairs", min=1, max=10_000, help="Draw N minimal pairs instead.")
     ] = None,
-    construction: Annotated[Construction | None, typer.Option("--construction", help="Of these pairs.")] = None,
+    construction: Annotated[
+        str | None,
+        typer.Option(
+            "--construction",
+            help="Of these pairs: subject, coreference, semantic (sentences); a, b: the number changed (modular-add).",
+        ),
+    ] = None,
     by: Annotated[
         PatchBy, typer.Option("--by", help="Patch each head, or each head or layer at each position.")
     ] = PatchBy.head,
@@ -245,8 +250,7 @@ def patch(
             raise UserError(f"--out {out}: --out is for --format png")
         check_writable_file(out, "patch.png")
     loaded = load_chosen_run(run, runs_dir, checkpoint)
-    chosen = None if construction is None else construction.value
-    report, tokens = patch_pairs(loaded, (clean, corrupt, answer, wrong), pairs, chosen, by.value)
+    report, tokens = patch_pairs(loaded, (clean, corrupt, answer, wrong), pairs, construction, by.value)
     if clean is not None:
         note_length(loaded, clean)
     if output_format is PatchFormat.png:

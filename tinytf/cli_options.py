@@ -61,12 +61,6 @@ class PatchBy(str, Enum):
     layer_position = "layer-position"
 
 
-class Construction(str, Enum):
-    subject = "subject"
-    coreference = "coreference"
-    semantic = "semantic"
-
-
 class PatchFormat(str, Enum):
     table = "table"
     json = "json"

@@ -29,8 +29,8 @@ from tinytf.heads import HeadReport, head_scores, render_text
 from tinytf.loggers import ProgressBarLogger
 from tinytf.patching import Attribution, PatchReport, attribute, patch, prompts_of
 from tinytf.runs import CONFIG_FILE, LoadedRun, check_data, checkpoint_path, resolve_run
-from tinytf.tasks.base import Pairs
-from tinytf.tasks.sentences import CONSTRUCTIONS, MinimalPair
+from tinytf.tasks import TASKS
+from tinytf.tasks.base import MinimalPair, Pairs, TableTask
 from tinytf.training import TrainResult
 from tinytf.viewer import attention_page
 from tinytf.viz import patch_figure, report_figure, save_png, terminal_report
@@ -337,18 +337,25 @@ def patch_pairs(
     else:
         if any(value is not None for value in one):
             raise UserError("--pairs draws its pairs: drop --clean, --corrupt, --answer and --wrong")
-        if construction is None:
-            raise UserError(f"--pairs {n} needs --construction ({', '.join(CONSTRUCTIONS)})")
-        if loaded.task.name != "sentences":
-            raise UserError(
-                f"--pairs draws minimal pairs of the sentences task, not of {loaded.task.name}: give one pair"
-            )
-        pairs = loaded.task.held_out_pairs(construction, n, seed=loaded.config.seed)
+        pairs = _drawn_pairs(loaded, n, construction)
     groups = prompts_of(loaded.framing, pairs, loaded.config.model.max_len)
     report = patch(loaded.model, groups, by)
     # The prompt's tokens, to label positions, when the pairs share one prompt length
     tokens = loaded.vocab.decode(groups[0].clean[0].tolist()) if len(groups) == 1 else None
     return report, tokens
+
+
+def _drawn_pairs(loaded: LoadedRun, n: int, construction: str | None) -> list[MinimalPair]:
+    """`patch --pairs N --construction NAME`: the task's minimal pairs, unseen in training."""
+    task, drawing = loaded.task, [name for name, task_class in TASKS.items() if task_class.constructions]
+    if not task.constructions:
+        raise UserError(f"--pairs draws minimal pairs of {' and '.join(drawing)}, not of {task.name}: give one pair")
+    if construction is None:
+        raise UserError(f"--pairs {n} needs --construction ({', '.join(task.constructions)})")
+    if construction not in task.constructions:
+        raise UserError(f"--construction {construction}: one of {', '.join(task.constructions)} for {task.name}")
+    held_out = first_held_out(loaded, None) if isinstance(task, TableTask) else None  # a fixed split's pairs
+    return task.held_out_pairs(construction, n, seed=loaded.config.seed, held_out=held_out)
 
 
 def patch_output(loaded: LoadedRun, report: PatchReport, checkpoint: str, as_json: bool) -> str:

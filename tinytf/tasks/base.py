@@ -20,6 +20,16 @@ ALL_ARCHS: tuple[Arch, ...] = get_args(Arch)
 
 
 @dataclass(frozen=True)
+class MinimalPair:
+    """Two prompts that differ only in the token that decides the next one (`tinytf patch`)."""
+
+    clean: str  # e.g. "the cat near the dogs"
+    corrupt: str  # "the cats near the dogs"
+    answer: str  # the clean prompt's next token: "sleeps"
+    wrong: str  # the corrupted prompt's: "sleep"
+
+
+@dataclass(frozen=True)
 class Pairs:
     """N examples as padded id tensors: example i is source[i, :source_len[i]] ->
     target[i, :target_len[i]]. Language-model tasks leave the source empty (S = 0)."""
@@ -84,6 +94,8 @@ class Task:
     showcase: ClassVar[str | None] = None
     # Names of the alignment patterns `alignments` returns (declared without torch, for docs/CLI).
     alignment_patterns: ClassVar[tuple[str, ...]] = ()
+    # The kinds of minimal pairs `held_out_pairs` draws (`tinytf patch --pairs N --construction`).
+    constructions: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, config: TaskConfig) -> None:
         """Cheap: nothing is generated or read until it is needed."""
@@ -154,6 +166,14 @@ class Task:
         answer shorter or longer than the correct one gives pairs for the tokens it has.
         `Framing.alignments` places the pairs in the attention maps."""
         return {}
+
+    def held_out_pairs(
+        self, construction: str, n: int, seed: int = 0, held_out: Pairs | None = None
+    ) -> list[MinimalPair]:
+        """`n` minimal pairs of `construction` (one of `constructions`) that training never
+        saw, drawn with `seed`; `held_out`, the run's held-out examples, for a task that
+        draws them from there (see `TaskData`)."""
+        raise NotImplementedError(f"task {self.name!r} draws no minimal pairs")
 
     @property
     def max_source_len(self) -> int:

@@ -9,8 +9,11 @@ encoder answers c at a's position (and <eos> at b's), reading both numbers at on
 
 from __future__ import annotations
 
+import random
+
+from tinytf.errors import UserError
 from tinytf.lazy import torch
-from tinytf.tasks.base import Pairs, TableTask
+from tinytf.tasks.base import MinimalPair, Pairs, TableTask
 from tinytf.tasks.vocab import Vocabulary
 
 
@@ -21,6 +24,7 @@ class ModularAdd(TableTask):
     max_source_len = 2
     max_target_len = 1
     alignment_patterns = ("operands",)
+    constructions = ("a", "b")  # which number a minimal pair's corrupted prompt changes
 
     def build_vocab(self) -> Vocabulary:
         return Vocabulary([str(n) for n in range(self.config.modulus)], split="word")
@@ -47,3 +51,25 @@ class ModularAdd(TableTask):
         source = torch.stack([a, b], dim=1) + first  # (p², 2)
         target = ((a + b) % p + first).unsqueeze(1)  # (p², 1)
         return Pairs(source, torch.full((p * p,), 2), target, torch.ones(p * p, dtype=torch.long))
+
+    def held_out_pairs(
+        self, construction: str, n: int, seed: int = 0, held_out: Pairs | None = None
+    ) -> list[MinimalPair]:
+        """`n` minimal pairs from `held_out`, the run's held-out examples, in their order: "a b"
+        and the same with another `construction` number, drawn with `seed` from those held
+        out too; the answers are their sums."""
+        if construction not in self.constructions or held_out is None:
+            raise ValueError(f"construction {construction!r}: one of a, b; and the run's held_out examples")
+        p, changed = self.config.modulus, self.constructions.index(construction)
+        examples = (held_out.source[:, :2] - self.vocab.ids["0"]).tolist()  # [[a, b], ...]
+        held = {tuple(numbers) for numbers in examples}
+        rng, pairs = random.Random(seed), []
+        for clean in examples:
+            others = ([x if k == changed else clean[k] for k in range(2)] for x in range(p) if x != clean[changed])
+            if partners := [numbers for numbers in others if tuple(numbers) in held]:
+                corrupt = rng.choice(partners)
+                text = [" ".join(map(str, numbers)) for numbers in (clean, corrupt)]
+                pairs.append(MinimalPair(*text, str(sum(clean) % p), str(sum(corrupt) % p)))
+            if len(pairs) == n:
+                return pairs
+        raise UserError(f"too few {construction} pairs in the run's held-out set: found {len(pairs)} of {n}")

@@ -26,13 +26,12 @@ from __future__ import annotations
 import itertools
 import random
 from collections.abc import Set
-from dataclasses import dataclass
 from functools import cache, cached_property
 
 from tinytf.config import TaskConfig
 from tinytf.errors import ConfigError, UserError
 from tinytf.lazy import torch
-from tinytf.tasks.base import LanguageModelTask, Pairs
+from tinytf.tasks.base import LanguageModelTask, MinimalPair, Pairs
 from tinytf.tasks.vocab import BOS, EOS, PAD, PAD_ID, SPECIALS, Vocabulary
 
 DETERMINERS = {"sg": ["the", "a", "every", "this"], "pl": ["the", "some", "these", "many"]}
@@ -206,16 +205,6 @@ class Grammar:
         return [self.rng.choice(PREPOSITIONS), *self.noun_phrase(self.rng.choice(["sg", "pl"]), depth)]
 
 
-@dataclass(frozen=True)
-class MinimalPair:
-    """Two prompts that differ only in the word that decides the next one."""
-
-    clean: str  # e.g. "the cat near the dogs"
-    corrupt: str  # "the cats near the dogs"
-    answer: str  # the clean prompt's next word: "sleeps"
-    wrong: str  # the corrupted prompt's: "sleep"
-
-
 def minimal_pairs(
     construction: str, n: int, seed: int = 0, seen: Set[tuple[str, ...]] = frozenset()
 ) -> list[MinimalPair]:
@@ -295,6 +284,7 @@ class Sentences(LanguageModelTask):
     starts_with_bos = True
     showcase = "the cat sat on the mat"
     alignment_patterns = ("subject", "coreference", "semantic")
+    constructions = tuple(CONSTRUCTIONS)
 
     @classmethod
     def example(cls) -> str:
@@ -352,8 +342,11 @@ class Sentences(LanguageModelTask):
         sentences = (self.vocab.decode(ids[1 : length - 1]) for ids, length in rows)  # without <bos>, <eos>
         return frozenset(tuple(words[:k]) for words in sentences for k in range(1, len(words) + 1))
 
-    def held_out_pairs(self, construction: str, n: int, seed: int = 0) -> list[MinimalPair]:
-        """`minimal_pairs` that begin no training sentence, clean or corrupted, with their answers."""
+    def held_out_pairs(
+        self, construction: str, n: int, seed: int = 0, held_out: Pairs | None = None
+    ) -> list[MinimalPair]:
+        """`minimal_pairs` that begin no training sentence, clean or corrupted, with their
+        answers (drawn from the grammar: `held_out` is not needed)."""
         return minimal_pairs(construction, n, seed, seen=self.seen)
 
     def alignments(self, source: list[int], target: list[int]) -> dict[str, list[tuple[int, int]]]:
