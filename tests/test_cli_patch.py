@@ -86,7 +86,8 @@ def test_a_decoder_that_answers_questions_is_patched_one_pair_at_a_time(run, tmp
         "--pairs draws minimal pairs of sentences and modular-add, not of sort: give one pair",
     )
     encoder = train_tiny_run(tmp_path, model={"arch": "encoder"}, train={"steps": 2, "eval_every": 2})
-    for command in (["patch", *one_pair], ["attribute", "1 2", "--answer", "1", "--wrong", "2"]):
+    drawn = ["patch", "--pairs", 5, "--construction", "subject"]  # refused before any pair is drawn
+    for command in (["patch", *one_pair], drawn, ["attribute", "1 2", "--answer", "1", "--wrong", "2"]):
         assert_user_error(
             invoke(*command, "--run", encoder),
             "patching and attribution read decoder-only models (the next token after a prompt); this run is an encoder",

@@ -186,5 +186,5 @@ def test_minimal_pairs_change_one_number_and_come_from_the_held_out_set(construc
     order = [" ".join(task.vocab.decode(held_out.example(i)[0])) for i in range(len(held_out))]
     positions = [order.index(pair.clean) for pair in pairs]
     assert positions == sorted(positions)  # in the held-out set's (random) order
-    with pytest.raises(UserError, match=f"too few {construction} pairs in the run's held-out set: found"):
+    with pytest.raises(UserError, match=f"only \\d+ pairs that change {construction} among the run's 73 held-out"):
         task.held_out_pairs(construction, 1000, held_out=held_out)

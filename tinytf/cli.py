@@ -37,6 +37,7 @@ from tinytf.cli_sweep import sweep_app
 from tinytf.errors import UserError
 from tinytf.experiment import describe_tasks, dump_checked_config, load_config
 from tinytf.files import read_regular_file
+from tinytf.tasks import TASKS
 
 if TYPE_CHECKING:
     from tinytf.batch import Progress
@@ -208,6 +209,12 @@ def heads(
 # --------------------------------------------------------------------------- patch
 
 
+# Each task's kinds of minimal pairs, for --construction's help
+CONSTRUCTIONS = "; ".join(
+    f"{', '.join(task.constructions)} ({name})" for name, task in TASKS.items() if task.constructions
+)
+
+
 @app.command()
 @user_errors_exit_2
 def patch(
@@ -224,11 +231,7 @@ def patch(
         int | None, typer.Option("--pairs", min=1, max=10_000, help="Draw N minimal pairs instead.")
     ] = None,
     construction: Annotated[
-        str | None,
-        typer.Option(
-            "--construction",
-            help="Of these pairs: subject, coreference, semantic (sentences); a, b: the number changed (modular-add).",
-        ),
+        str | None, typer.Option("--construction", help=f"Of these pairs: {CONSTRUCTIONS}.")
     ] = None,
     by: Annotated[
         PatchBy, typer.Option("--by", help="Patch each head, or each head or layer at each position.")

@@ -27,7 +27,7 @@ from tinytf.experiment import load_config, load_run_config
 from tinytf.files import atomic_writer, check_run_name
 from tinytf.heads import HeadReport, head_scores, render_text
 from tinytf.loggers import ProgressBarLogger
-from tinytf.patching import Attribution, PatchReport, attribute, patch, prompts_of
+from tinytf.patching import Attribution, PatchReport, attribute, check_next_token, patch, prompts_of
 from tinytf.runs import CONFIG_FILE, LoadedRun, check_data, checkpoint_path, resolve_run
 from tinytf.tasks import TASKS
 from tinytf.tasks.base import MinimalPair, Pairs, TableTask
@@ -337,6 +337,7 @@ def patch_pairs(
     else:
         if any(value is not None for value in one):
             raise UserError("--pairs draws its pairs: drop --clean, --corrupt, --answer and --wrong")
+        check_next_token(loaded.framing)  # before drawing pairs it could not patch
         pairs = _drawn_pairs(loaded, n, construction)
     groups = prompts_of(loaded.framing, pairs, loaded.config.model.max_len)
     report = patch(loaded.model, groups, by)
@@ -347,9 +348,10 @@ def patch_pairs(
 
 def _drawn_pairs(loaded: LoadedRun, n: int, construction: str | None) -> list[MinimalPair]:
     """`patch --pairs N --construction NAME`: the task's minimal pairs, unseen in training."""
-    task, drawing = loaded.task, [name for name, task_class in TASKS.items() if task_class.constructions]
+    task = loaded.task
     if not task.constructions:
-        raise UserError(f"--pairs draws minimal pairs of {' and '.join(drawing)}, not of {task.name}: give one pair")
+        drawing = " and ".join(name for name, task_class in TASKS.items() if task_class.constructions)
+        raise UserError(f"--pairs draws minimal pairs of {drawing}, not of {task.name}: give one pair")
     if construction is None:
         raise UserError(f"--pairs {n} needs --construction ({', '.join(task.constructions)})")
     if construction not in task.constructions:

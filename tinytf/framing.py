@@ -139,8 +139,8 @@ class Framing:
         (or typed_batch: the same layout), mapped to (query, key) positions of the attention
         maps that read the answer and the source (see the module docstring). query_len and
         key_len are those maps' sizes (T_q, T_k); pairs outside them (an answer cut at
-        max_len) are dropped, and so are the queries whose pairs take every key: any head
-        would score 1 there (modular-add's a in an encoder, which reads only a and b)."""
+        max_len) are dropped, and so are the queries whose pairs take every key of the map:
+        any head would score 1 there (modular-add in an encoder, which reads only a and b)."""
         stack, kind = self.alignment_attention
         query_0, key_0 = self.alignment_origin(source)
         placed: dict[str, Alignment] = {}

@@ -97,15 +97,20 @@ def prompts_of(framing: Framing, pairs: Sequence[MinimalPair], max_len: int) -> 
 def prompt_ids(framing: Framing, text: str, max_len: int) -> list[int]:
     """What a decoder-only model has read when it writes the token LD scores: a language
     model's prompt as typed, a question's `[<bos>] source <sep>` (its answer's first token next)."""
+    check_next_token(framing)
+    ids = framing.typed_input(text, max_len)
+    if isinstance(framing, LanguageModelFraming):
+        return ids
+    return [framing.vocab.bos_id] * framing.bos + ids + [framing.vocab.sep_id]
+
+
+def check_next_token(framing: Framing) -> None:
+    """A `UserError` unless `framing` is a decoder-only model's, one that predicts the next token."""
     if not isinstance(framing, DecoderFraming | LanguageModelFraming):
         raise UserError(
             f"patching and attribution read decoder-only models (the next token after a prompt); this run is "
             f"an {framing.name}: train it with model.arch=decoder"
         )
-    ids = framing.typed_input(text, max_len)
-    if isinstance(framing, LanguageModelFraming):
-        return ids
-    return [framing.vocab.bos_id] * framing.bos + ids + [framing.vocab.sep_id]
 
 
 def logit_difference(logits: torch.Tensor, answer: torch.Tensor, wrong: torch.Tensor) -> torch.Tensor:

@@ -79,7 +79,7 @@ def open_study(sweep: Sweep, name: str, storage: optuna.storages.BaseStorage | s
         # New, or cut off before it recorded its sweep file: no trial yet, in the sweep's direction
         fresh = study.directions == [StudyDirection[direction.upper()]] and not study.get_trials(deepcopy=False)
         if not fresh:
-            raise UserError(f"{not_a_sweep(study)}; give this sweep another --name")
+            raise UserError(f"{foreign_study_message(study)}; give this sweep another --name")
         study.set_user_attr("sweep", made_by)
     elif saved != made_by:
         changed = sorted(key for key in made_by if made_by[key] != saved.get(key))
@@ -108,11 +108,12 @@ def storage_errors(storage: optuna.storages.BaseStorage | str) -> Iterator[None]
 def saved_sweep(study: optuna.Study) -> Sweep:
     """The sweep file a study was made by, as recorded in it."""
     if "sweep" not in study.user_attrs:
-        raise UserError(not_a_sweep(study))
+        raise UserError(foreign_study_message(study))
     return Sweep.model_validate(study.user_attrs["sweep"])
 
 
-def not_a_sweep(study: optuna.Study) -> str:
+def foreign_study_message(study: optuna.Study) -> str:
+    """Why a study without a recorded sweep file cannot be read as a sweep."""
     return f"the study {study.study_name!r} was not made by tinytf sweep (it records no sweep file)"
 
 

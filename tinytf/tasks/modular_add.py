@@ -10,6 +10,7 @@ encoder answers c at a's position (and <eos> at b's), reading both numbers at on
 from __future__ import annotations
 
 import random
+from collections import defaultdict
 
 from tinytf.errors import UserError
 from tinytf.lazy import torch
@@ -58,18 +59,24 @@ class ModularAdd(TableTask):
         """`n` minimal pairs from `held_out`, the run's held-out examples, in their order: "a b"
         and the same with another `construction` number, drawn with `seed` from those held
         out too; the answers are their sums."""
-        if construction not in self.constructions or held_out is None:
-            raise ValueError(f"construction {construction!r}: one of a, b; and the run's held_out examples")
+        if construction not in self.constructions:
+            raise ValueError(f"construction {construction!r}: one of {', '.join(self.constructions)}")
+        if held_out is None:
+            raise ValueError("modular-add draws its pairs from held_out, the run's held-out examples")
         p, changed = self.config.modulus, self.constructions.index(construction)
         examples = (held_out.source[:, :2] - self.vocab.ids["0"]).tolist()  # [[a, b], ...]
-        held = {tuple(numbers) for numbers in examples}
+        sharing: dict[int, list[list[int]]] = defaultdict(list)  # the number kept -> the examples with it
+        for numbers in examples:
+            sharing[numbers[1 - changed]].append(numbers)
         rng, pairs = random.Random(seed), []
         for clean in examples:
-            others = ([x if k == changed else clean[k] for k in range(2)] for x in range(p) if x != clean[changed])
-            if partners := [numbers for numbers in others if tuple(numbers) in held]:
+            if partners := [other for other in sharing[clean[1 - changed]] if other[changed] != clean[changed]]:
                 corrupt = rng.choice(partners)
                 text = [" ".join(map(str, numbers)) for numbers in (clean, corrupt)]
                 pairs.append(MinimalPair(*text, str(sum(clean) % p), str(sum(corrupt) % p)))
             if len(pairs) == n:
                 return pairs
-        raise UserError(f"too few {construction} pairs in the run's held-out set: found {len(pairs)} of {n}")
+        raise UserError(
+            f"only {len(pairs)} pairs that change {construction} among the run's {len(examples)} held-out examples: "
+            "lower --pairs, or hold out more (task.train_fraction, task.eval_size)"
+        )
