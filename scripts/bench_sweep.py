@@ -53,7 +53,7 @@ def sweep_once(folder: Path, workers: int, steps: int, sizes: dict[str, int]) ->
     )
     trials = optuna.load_study(study_name="bench", storage=storage).get_trials()
     overheads, spans = [], {}
-    for trial in trials:
+    for trial in [t for t in trials if "seconds" in t.user_attrs]:  # trained: not surplus, not failed
         span = (trial.datetime_complete - trial.datetime_start).total_seconds()
         overheads.append(span - trial.user_attrs["seconds"])
         pid = trial.user_attrs["worker"]["pid"]

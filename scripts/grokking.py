@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tinytf.config import read_yaml
+from tinytf.errors import UserError
 
 TARGET = 0.99  # "reaches": this share of the set answered right
 STILL_GUESSING = 0.5  # held-out accuracy under this at s1: the run has memorised, not generalised
@@ -41,12 +42,21 @@ class Run:
 
     @staticmethod
     def read(folder: Path) -> Run:
-        records = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
+        """The run in `folder`: a `UserError` for anything but a run of a task with a fixed training set."""
+        metrics = folder / "metrics.jsonl"  # (runs.METRICS_FILE: not imported, this script needs no torch)
+        if not metrics.is_file():
+            raise UserError(f"{folder}: not a run folder (no metrics.jsonl)")
+        try:
+            records = [json.loads(line) for line in metrics.read_text().splitlines()]
+        except json.JSONDecodeError as err:
+            raise UserError(f"{metrics}: line {err.lineno} is not JSON (is the run still writing it?)") from None
         accuracy = {
             split: {r["step"]: r["seq_acc"] for r in records if r["split"] == split} for split in ("train_set", "val")
         }
         if not accuracy["train_set"]:
-            raise ValueError(f"{folder}: no train_set metrics; is it a run of a task with a fixed training set?")
+            raise UserError(f"{folder}: no train_set metrics; is it a run of a task with a fixed training set?")
+        if not accuracy["val"]:
+            raise UserError(f"{folder}: no held-out (val) metrics yet")
         seed = read_yaml(folder / "config.yaml")["seed"]
         weight_norm = {r["step"]: r["weight_norm"] for r in records if r["split"] == "train"}
         spectra = {r["step"]: r["norms"] for r in records if r["split"] == "fourier"}
@@ -68,24 +78,18 @@ class Run:
         return s1 is not None and s2 is not None and self.accuracy["val"][s1] < STILL_GUESSING and s2 >= DELAY * s1
 
 
-def read_run(folder: Path) -> Run:
-    if not (folder / "metrics.jsonl").is_file():
-        raise ValueError(f"{folder}: not a run folder (no metrics.jsonl)")
-    return Run.read(folder)
-
-
 def table(runs: list[Run], controls: list[Run]) -> str:
     rows = [
         "| run | seed | s1 (train 99%) | held-out at s1 | s2 (held-out 99%) | s2 / s1 | groks |",
         "|---|---:|---:|---:|---:|---:|---|",
     ]
-    for run in [*runs, *controls]:
+    for i, run in enumerate([*runs, *controls]):
         s1, s2 = run.s1, run.s2
         held_out = f"{run.accuracy['val'][s1]:.1%}" if s1 is not None else "-"
         ratio = f"{s2 / s1:.1f}" if s1 and s2 else "-"
         last = max(run.accuracy["val"])
         reached = str(s2) if s2 is not None else f"not by {last} ({run.accuracy['val'][last]:.1%})"
-        name = run.folder.name + (" (control)" if run in controls else "")
+        name = run.folder.name + (" (control)" if i >= len(runs) else "")
         groks = "yes" if run.groks() else "no"
         rows.append(f"| {name} | {run.seed} | {s1 or '-'} | {held_out} | {reached} | {ratio} | {groks} |")
     return "\n".join(rows)
@@ -97,7 +101,7 @@ def draw(runs: list[Run], controls: list[Run], out: Path) -> None:
     figure = Figure(figsize=(13, 3.8), layout="constrained")
     accuracy_ax, norm_ax, spectrum_ax = figure.subplots(1, 3)
     for i, run in enumerate([*runs, *controls]):
-        control = run in controls
+        control = i >= len(runs)
         style = "--" if control else "-"
         first_of_its_kind = i in (0, len(runs))  # one legend entry for the runs, one for the controls
         kind = "weight decay 0" if control else "weight decay on"
@@ -122,13 +126,14 @@ def draw(runs: list[Run], controls: list[Run], out: Path) -> None:
     norm_ax.set(xscale="log", xlabel="step", ylabel="norm of all weights", title="weight norm")
     norm_ax.legend(fontsize=7)
     first = runs[0]
-    for step, color in ((first.s1, "tab:blue"), (max(first.spectra), "tab:orange")):
+    for step, color in ((first.s1, "tab:blue"), (max(first.spectra, default=None), "tab:orange")):
         if step is None or step not in first.spectra:
             continue
         norms = first.spectra[step]
         spectrum_ax.bar(range(len(norms)), norms, color=color, alpha=0.6, label=f"step {step}")
     spectrum_ax.set(xlabel="frequency k", ylabel="embedding norm", title=f"Fourier spectrum, seed {first.seed}")
-    spectrum_ax.legend(fontsize=7)
+    if first.spectra:
+        spectrum_ax.legend(fontsize=7)
     figure.savefig(out, dpi=110)
 
 
@@ -140,8 +145,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--check", action="store_true", help="exit 1 unless every run groks")
     args = parser.parse_args(argv)
     try:
-        runs, controls = [read_run(f) for f in args.runs], [read_run(f) for f in args.control]
-    except ValueError as err:
+        runs, controls = [Run.read(f) for f in args.runs], [Run.read(f) for f in args.control]
+    except UserError as err:  # ConfigError too: a config.yaml missing or unreadable
         print(f"error: {err}", file=sys.stderr)
         return 2
     print(table(runs, controls))

@@ -130,11 +130,11 @@ def config_mismatch(state: dict[str, Any], model: BaseModel, task: BaseModel) ->
     what the checkpoint `state` was trained with, in a few words; None if none. A key the
     checkpoint does not record came to tinytf after it was trained: it had the default."""
     defaults = trained_with(type(model)(), type(task)())
-    saved = defaults | state["config"]
+    saved = defaults | state["config"]  # every key the config has, and any it no longer has
     current = trained_with(model, task)
-    for key in sorted(saved.keys() | current.keys()):
-        if saved.get(key, "nothing") != current.get(key, "nothing"):
-            return f"it was trained with {key}={saved.get(key)!r}, the config says {current.get(key)!r}"
+    for key in sorted(saved):
+        if saved[key] != current.get(key, "nothing"):
+            return f"it was trained with {key}={saved[key]!r}, the config says {current.get(key)!r}"
     return None
 
 

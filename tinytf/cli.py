@@ -37,7 +37,7 @@ from tinytf.cli_sweep import sweep_app
 from tinytf.errors import UserError
 from tinytf.experiment import describe_tasks, dump_checked_config, load_config
 from tinytf.files import read_regular_file
-from tinytf.tasks import TASKS
+from tinytf.tasks import CONSTRUCTIONS
 
 if TYPE_CHECKING:
     from tinytf.batch import Progress
@@ -210,9 +210,7 @@ def heads(
 
 
 # Each task's kinds of minimal pairs, for --construction's help
-CONSTRUCTIONS = "; ".join(
-    f"{', '.join(task.constructions)} ({name})" for name, task in TASKS.items() if task.constructions
-)
+CONSTRUCTION_HELP = "; ".join(f"{', '.join(kinds)} ({name})" for name, kinds in CONSTRUCTIONS.items())
 
 
 @app.command()
@@ -231,7 +229,7 @@ def patch(
         int | None, typer.Option("--pairs", min=1, max=10_000, help="Draw N minimal pairs instead.")
     ] = None,
     construction: Annotated[
-        str | None, typer.Option("--construction", help=f"Of these pairs: {CONSTRUCTIONS}.")
+        str | None, typer.Option("--construction", help=f"Of these pairs: {CONSTRUCTION_HELP}.")
     ] = None,
     by: Annotated[
         PatchBy, typer.Option("--by", help="Patch each head, or each head or layer at each position.")
@@ -246,16 +244,13 @@ def patch(
 
     Example: tinytf patch --pairs 200 --construction subject
     """
-    from tinytf.commands import check_writable_file, patch_output, patch_pairs, write_patch_png
+    from tinytf.commands import check_png_out, patch_output, patch_pairs, write_patch_png
 
-    if out is not None:
-        if output_format is not PatchFormat.png:
-            raise UserError(f"--out {out}: --out is for --format png")
-        check_writable_file(out, "patch.png")
+    check_png_out(out, output_format is PatchFormat.png, "patch.png")
     loaded = load_chosen_run(run, runs_dir, checkpoint)
-    report, tokens = patch_pairs(loaded, (clean, corrupt, answer, wrong), pairs, construction, by.value)
-    if clean is not None:
-        note_length(loaded, clean)
+    report, tokens, note = patch_pairs(loaded, (clean, corrupt, answer, wrong), pairs, construction, by.value)
+    if note is not None:
+        typer.echo(f"note: {note}", err=True)
     if output_format is PatchFormat.png:
         typer.echo(f"wrote {write_patch_png(report, tokens, out)}")
     else:
@@ -281,18 +276,12 @@ def attribute_command(
     from tinytf.commands import attribution, attribution_output
 
     loaded = load_chosen_run(run, runs_dir, checkpoint)
-    report = attribution(loaded, text, answer, wrong)
-    note_length(loaded, text)
+    report, note = attribution(loaded, text, answer, wrong)
+    if note is not None:
+        typer.echo(f"note: {note}", err=True)
     typer.echo(
         attribution_output(loaded, report, checkpoint.value, as_json=output_format is TableFormat.json), nl=False
     )
-
-
-def note_length(loaded: LoadedRun, text: str) -> None:
-    """A note on stderr when `text` is shorter or longer than every input the model trained on."""
-    framing = loaded.framing
-    if (note := framing.length_note(framing.typed_input(text, loaded.config.model.max_len))) is not None:
-        typer.echo(f"note: {note}", err=True)
 
 
 # --------------------------------------------------------------------------- predict / eval

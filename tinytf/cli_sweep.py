@@ -13,7 +13,6 @@ from typing import Annotated
 import typer
 
 from tinytf.cli_errors import EXIT_INTERRUPTED, OneLineUsageErrors, user_errors_exit_2
-from tinytf.errors import UserError
 
 
 class SweepCommands(OneLineUsageErrors):
@@ -99,13 +98,10 @@ def show(
 
     Example: tinytf sweep show sort-encoder-lr --format csv
     """
-    from tinytf.commands import check_writable_file, writing
+    from tinytf.commands import check_png_out, writing
     from tinytf.sweep.results import load_results, results_text
 
-    if out is not None:
-        if output_format is not SweepFormat.png:
-            raise UserError(f"--out {out}: --out is for --format png")
-        check_writable_file(out, "sweep.png")
+    check_png_out(out, output_format is SweepFormat.png, "sweep.png")
     results = load_results(sweep, storage=storage, runs_dir=runs_dir)
     if output_format is SweepFormat.png:
         from tinytf.sweep.results import sweep_figure

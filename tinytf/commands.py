@@ -29,8 +29,8 @@ from tinytf.heads import HeadReport, head_scores, render_text
 from tinytf.loggers import ProgressBarLogger
 from tinytf.patching import Attribution, PatchReport, attribute, check_next_token, patch, prompts_of
 from tinytf.runs import CONFIG_FILE, LoadedRun, check_data, checkpoint_path, resolve_run
-from tinytf.tasks import TASKS
-from tinytf.tasks.base import MinimalPair, Pairs, TableTask
+from tinytf.tasks import CONSTRUCTIONS
+from tinytf.tasks.base import MinimalPair, Pairs
 from tinytf.training import TrainResult
 from tinytf.viewer import attention_page
 from tinytf.viz import patch_figure, report_figure, save_png, terminal_report
@@ -274,6 +274,16 @@ def evaluation_text(loaded: LoadedRun, checkpoint: str, n: int | None, progress_
 # ---- output files
 
 
+def check_png_out(out: Path | None, png: bool, example: str) -> None:
+    """--out of a command whose one file output is `--format png` (`png`: chosen): refused
+    with another format, else checked as `check_writable_file` does."""
+    if out is None:
+        return
+    if not png:
+        raise UserError(f"--out {out}: --out is for --format png")
+    check_writable_file(out, example)
+
+
 def check_writable_file(out: Path, example: str) -> None:
     """A `UserError` unless --out can become a file: a new one in an existing folder, or a
     regular file (replaced), not a folder, pipe or device. Checked before the model runs."""
@@ -322,10 +332,11 @@ def fresh_path(path: Path) -> Path:
 
 def patch_pairs(
     loaded: LoadedRun, one: tuple[str | None, ...], n: int | None, construction: str | None, by: str
-) -> tuple[PatchReport, list[str] | None]:
+) -> tuple[PatchReport, list[str] | None, str | None]:
     """`patch`: one pair (`one` = clean, corrupt, answer, wrong) or `n` drawn pairs of
     `construction`, each head's or layer's activation patched from clean into corrupted;
-    with the clean prompt's tokens when the pairs share one length."""
+    with the clean prompt's tokens when the pairs share one length, and for one pair a
+    note when its length is one the model never trained on."""
     if n is None:
         if any(value is None for value in one):
             raise UserError(
@@ -343,20 +354,21 @@ def patch_pairs(
     report = patch(loaded.model, groups, by)
     # The prompt's tokens, to label positions, when the pairs share one prompt length
     tokens = loaded.vocab.decode(groups[0].clean[0].tolist()) if len(groups) == 1 else None
-    return report, tokens
+    note = None if one[0] is None else typed_length_note(loaded, one[0])
+    return report, tokens, note
 
 
 def _drawn_pairs(loaded: LoadedRun, n: int, construction: str | None) -> list[MinimalPair]:
     """`patch --pairs N --construction NAME`: the task's minimal pairs, unseen in training."""
     task = loaded.task
     if not task.constructions:
-        drawing = " and ".join(name for name, task_class in TASKS.items() if task_class.constructions)
+        drawing = " and ".join(CONSTRUCTIONS)
         raise UserError(f"--pairs draws minimal pairs of {drawing}, not of {task.name}: give one pair")
     if construction is None:
         raise UserError(f"--pairs {n} needs --construction ({', '.join(task.constructions)})")
     if construction not in task.constructions:
         raise UserError(f"--construction {construction}: one of {', '.join(task.constructions)} for {task.name}")
-    held_out = first_held_out(loaded, None) if isinstance(task, TableTask) else None  # a fixed split's pairs
+    held_out = first_held_out(loaded, None) if task.train_size() is not None else None  # a fixed split's pairs
     return task.held_out_pairs(construction, n, seed=loaded.config.seed, held_out=held_out)
 
 
@@ -380,10 +392,18 @@ def patch_output(loaded: LoadedRun, report: PatchReport, checkpoint: str, as_jso
 # ---- attribute
 
 
-def attribution(loaded: LoadedRun, text: str, answer: str, wrong: str) -> Attribution:
-    """`attribute`: each part's share of logit(answer) - logit(wrong) after `text`."""
+def attribution(loaded: LoadedRun, text: str, answer: str, wrong: str) -> tuple[Attribution, str | None]:
+    """`attribute`: each part's share of logit(answer) - logit(wrong) after `text`, and a
+    note when `text` has a length the model never trained on."""
     (prompts,) = prompts_of(loaded.framing, [MinimalPair(text, text, answer, wrong)], loaded.config.model.max_len)
-    return attribute(loaded.model, prompts.clean, int(prompts.answer[0]), int(prompts.wrong[0]))
+    report = attribute(loaded.model, prompts.clean, int(prompts.answer[0]), int(prompts.wrong[0]))
+    return report, typed_length_note(loaded, text)
+
+
+def typed_length_note(loaded: LoadedRun, text: str) -> str | None:
+    """A note when typed `text` is shorter or longer than every input the model trained on."""
+    framing = loaded.framing
+    return framing.length_note(framing.typed_input(text, loaded.config.model.max_len))
 
 
 def attribution_output(loaded: LoadedRun, report: Attribution, checkpoint: str, as_json: bool) -> str:

@@ -339,9 +339,12 @@ class DecoderFraming(Framing):
         return self.answer_ids(model, [pairs.example(i)[0] for i in range(len(pairs))])
 
     def answer_ids(self, model: nn.Module, sources: list[list[int]]) -> list[list[int]]:
-        bos = [self.vocab.bos_id] * self.bos
-        prompts = [[*bos, *source, self.vocab.sep_id] for source in sources]  # [<bos>] source <sep>
+        prompts = [self.question_prompt(source) for source in sources]
         return generate_each(model, prompts, self.task.max_target_len + 1, self.vocab.eos_id)  # answer + <eos>
+
+    def question_prompt(self, source: list[int]) -> list[int]:
+        """`[<bos>] source <sep>`: what the model has read when it writes the answer's first token."""
+        return [*[self.vocab.bos_id] * self.bos, *source, self.vocab.sep_id]
 
 
 class EncoderDecoderFraming(Framing):

@@ -78,6 +78,7 @@ def prompts_of(framing: Framing, pairs: Sequence[MinimalPair], max_len: int) -> 
     text (`prompt_ids`), one group per prompt length. A `UserError` for a framing that is
     not a decoder's, or a pair whose prompts differ in length, hold words the vocabulary
     lacks or outrun `max_len`, or whose answer or wrong answer is not one token."""
+    check_next_token(framing)
     groups: dict[int, list[tuple[list[int], list[int], int, int]]] = {}
     for pair in pairs:
         clean, corrupt = (prompt_ids(framing, text, max_len) for text in (pair.clean, pair.corrupt))
@@ -95,13 +96,10 @@ def prompts_of(framing: Framing, pairs: Sequence[MinimalPair], max_len: int) -> 
 
 
 def prompt_ids(framing: Framing, text: str, max_len: int) -> list[int]:
-    """What a decoder-only model has read when it writes the token LD scores: a language
-    model's prompt as typed, a question's `[<bos>] source <sep>` (its answer's first token next)."""
-    check_next_token(framing)
+    """What a decoder-only model (see `check_next_token`) has read when it writes the token
+    LD scores: a language model's prompt as typed, a question's `[<bos>] source <sep>`."""
     ids = framing.typed_input(text, max_len)
-    if isinstance(framing, LanguageModelFraming):
-        return ids
-    return [framing.vocab.bos_id] * framing.bos + ids + [framing.vocab.sep_id]
+    return framing.question_prompt(ids) if isinstance(framing, DecoderFraming) else ids
 
 
 def check_next_token(framing: Framing) -> None:

@@ -183,8 +183,8 @@ def sweep_figure(results: Results) -> Figure:
     for ax, key in zip(figure.subplots(1, len(keys), squeeze=False)[0], keys, strict=True):
         # A choice with a value that is not a number (train.batch_size: [64, all]): one place per
         # choice, in the sweep file's order.
-        choices = results.sweep.params[key].choice if key != "seed" else None
-        categories = [json.dumps(v) for v in choices or ()] if any(map(_not_a_number, choices or ())) else None
+        choices = (results.sweep.params[key].choice if key != "seed" else None) or ()
+        categories = [json.dumps(v) for v in choices] if any(map(_not_a_number, choices)) else None
         for row in results.rows:
             runs = [(seed, value) for seed, value in row.seeds.items() if math.isfinite(value)]
             x = categories.index(json.dumps(row.params.get(key))) if categories else row.params.get(key)
@@ -194,7 +194,9 @@ def sweep_figure(results: Results) -> Figure:
                 ax.scatter([x], [row.value], s=60, facecolors="none", edgecolors="tab:red")
         if categories:
             ax.set_xticks(range(len(categories)), [label.strip('"') for label in categories])
-        if key != "seed" and results.sweep.params[key].log:
+        if (
+            key != "seed" and results.sweep.params[key].log and not categories
+        ):  # places, not numbers, on a category axis
             ax.set_xscale("log")
         ax.set_xlabel(key)
         ax.set_ylabel(metric)

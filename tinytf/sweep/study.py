@@ -151,10 +151,10 @@ class Setting:
         for state in ("pruned", "failed", "running", "waiting", "cut short"):
             if state in states:
                 return state
-        return "done" if self.runs and len(self.runs) == seeds else "waiting"
+        return "done" if len(self.runs) == seeds else "waiting"
 
 
-def key(trial: FrozenTrial | optuna.Trial) -> tuple[int, int | None]:
+def run_key(trial: FrozenTrial | optuna.Trial) -> tuple[int, int | None]:
     """(setting, seed): the run a trial trains."""
     return trial.user_attrs.get("setting", trial.number), trial.user_attrs.get("seed")
 
@@ -169,14 +169,14 @@ def settings_of(study: optuna.Study) -> list[Setting]:
     settings: dict[int, Setting] = {}
     for trial in sorted(study.get_trials(deepcopy=False), key=lambda t: t.number):
         if counts(trial) and "seed" in trial.user_attrs:
-            number, seed = key(trial)
+            number, seed = run_key(trial)
             settings.setdefault(number, Setting(number, dict(trial.params))).runs[seed] = trial
     return list(settings.values())
 
 
 def pruned_settings(study: optuna.Study) -> set[int]:
     """The settings one of whose runs was pruned: their other seeds need not train."""
-    return {key(trial)[0] for trial in study.get_trials(deepcopy=False, states=(TrialState.PRUNED,))}
+    return {run_key(trial)[0] for trial in study.get_trials(deepcopy=False, states=(TrialState.PRUNED,))}
 
 
 def is_fresh(trial: FrozenTrial | optuna.Trial) -> bool:
@@ -191,7 +191,7 @@ def is_surplus(study: optuna.Study, trial: optuna.Trial, budget: int) -> bool:
     others = [t for t in study.get_trials(deepcopy=False) if t.number < trial.number and counts(t)]
     if is_fresh(trial):
         return sum(map(is_fresh, others)) >= budget
-    return any(key(t) == key(trial) and run_state(t) != "cut short" for t in others)
+    return any(run_key(t) == run_key(trial) and run_state(t) != "cut short" for t in others)
 
 
 def repeats_a_setting(study: optuna.Study, trial: optuna.Trial) -> bool:

@@ -43,7 +43,12 @@ TASKS: dict[str, type[Task]] = {
     )
 }
 
-__all__ = ["TASKS", "Pairs", "Task", "Vocabulary", "get_task"]
+# The tasks that draw minimal pairs (`tinytf patch --pairs`), and the kinds each draws
+CONSTRUCTIONS: dict[str, tuple[str, ...]] = {
+    name: task.constructions for name, task in TASKS.items() if task.constructions
+}
+
+__all__ = ["CONSTRUCTIONS", "TASKS", "Pairs", "Task", "Vocabulary", "get_task"]
 
 
 def get_task(config: TaskConfig) -> Task:
