@@ -19,10 +19,8 @@ import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
-INSTALL = (
-    "install with: apt-get install chromium (Debian's Chromium; "
-    "or set TINYTF_CHROMIUM to a Chromium binary) and pip install -e '.[dev]' (Playwright)"
-)
+INSTALL_CHROMIUM = "apt-get install chromium (or set TINYTF_CHROMIUM to a Chromium binary)"
+INSTALL_PLAYWRIGHT = "pip install -e '.[dev]'"
 FLAGS = [
     "--headless",
     "--no-sandbox",
@@ -36,7 +34,11 @@ FLAGS = [
 
 
 class BrowserMissing(RuntimeError):
-    """No Chromium or no Playwright here; the message says what to install."""
+    """No Chromium or no Playwright here: `missing` says which, `install` the command that installs it."""
+
+    def __init__(self, missing: str, install: str) -> None:
+        super().__init__(f"{missing}; install with: {install}")
+        self.missing, self.install = missing, install
 
 
 def chromium_path() -> str:
@@ -51,7 +53,7 @@ def chromium_path() -> str:
     for candidate in candidates:
         if candidate and Path(candidate).is_file() and os.access(candidate, os.X_OK):
             return candidate
-    raise BrowserMissing(f"{where}; {INSTALL}")
+    raise BrowserMissing(where, INSTALL_CHROMIUM)
 
 
 @contextlib.contextmanager
@@ -61,7 +63,7 @@ def chromium() -> Iterator[object]:
     try:
         from playwright.sync_api import sync_playwright
     except ImportError:
-        raise BrowserMissing(f"Playwright is not installed; {INSTALL}") from None
+        raise BrowserMissing("Playwright is not installed", INSTALL_PLAYWRIGHT) from None
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=executable, args=FLAGS)
         try:

@@ -21,6 +21,7 @@ from conftest import (
     tiny_data,
     write_config,
 )
+from needs import unavailable
 
 from tinytf.checkpoint import load_checkpoint
 from tinytf.config import config_from_dict
@@ -336,16 +337,18 @@ def test_a_non_finite_gradient_without_clipping_never_reaches_the_weights(tmp_pa
 def small_disk(folder, size):
     """A tmpfs of `size` mounted at `folder` for the block: a real full disk (needs root)."""
     folder.mkdir()
+    if not hasattr(os, "geteuid") or os.geteuid() != 0:
+        unavailable("mounting a small tmpfs needs root", "sudo .venv/bin/python -m pytest -k full_disk (CI is root)")
     mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)], capture_output=True)
     if mounted.returncode != 0:
-        pytest.skip(f"cannot mount a small filesystem here: {mounted.stderr.decode().strip()}")
+        refusal = mounted.stderr.decode().strip()
+        unavailable(f"cannot mount a tmpfs here ({refusal})", "the right to mount (a container run with --privileged)")
     try:
         yield folder
     finally:
         subprocess.run(["umount", str(folder)], check=True)
 
 
-@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="mounting a tmpfs needs root (as CI runs)")
 @pytest.mark.parametrize("size", ["40k", "80k", "120k", "240k"])
 def test_a_full_disk_is_one_line_naming_the_file_and_what_the_run_keeps(tmp_path, size, capfd):
     # Sizes at which a checkpoint, the TensorBoard events or metrics.jsonl meet the full disk first.

@@ -2,8 +2,8 @@
 Playwright (tests/headless.py). Each page is opened from disk in an offline context; every
 test ends by checking that the page requested nothing but itself and logged no error.
 
-Without Chromium or Playwright these tests fail, saying what to install: they are never
-skipped, so CI cannot pass without having looked at the page."""
+Without Chromium or Playwright these tests skip, saying what to install; in CI (`CI` set)
+they fail instead, so CI cannot pass without having looked at the page (tests/needs.py)."""
 
 import itertools
 import struct
@@ -11,7 +11,8 @@ import struct
 import numpy as np
 import pytest
 from conftest import run_script, train_tiny_run
-from headless import BrowserMissing, chromium, offline_page, screenshot
+from headless import BrowserMissing, chromium, chromium_path, offline_page, screenshot
+from needs import unavailable
 from test_viewer import HOSTILE_TOKENS, made_head_report, made_report
 
 from tinytf.viewer import MIN_LINE, WEIGHT_SCALE, attention_page
@@ -23,15 +24,15 @@ TARGET = ["<bos>", "0", "1", "2"]
 
 @pytest.fixture(scope="module")
 def browser():
-    """One headless Chromium for the module; without one, every test fails saying what to install."""
+    """One headless Chromium for the module; without one, every test skips (fails in CI) saying what to install."""
     missing = None
     try:
         with chromium() as started:
             yield started
     except BrowserMissing as err:
-        missing = str(err)
+        missing = err
     if missing is not None:
-        pytest.fail(missing, pytrace=False)
+        unavailable(missing.missing, missing.install)
 
 
 @pytest.fixture(scope="module")
@@ -241,6 +242,10 @@ def test_no_screenshot_is_taken_of_a_page_that_asks_the_network(browser, tmp_pat
 
 @pytest.mark.slow
 def test_the_screenshot_script_writes_a_run_s_page_and_saves_its_png(tmp_path):
+    try:
+        chromium_path()  # the script starts its own
+    except BrowserMissing as err:
+        unavailable(err.missing, err.install)
     run_dir = train_tiny_run(tmp_path)
     out = tmp_path / "viewer.png"
     done = run_script("scripts/viewer_screenshot.py", "--run", run_dir, "--text", "3 1 2", "--out", out)
