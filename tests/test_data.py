@@ -4,6 +4,7 @@ and metrics computed the way users get answers."""
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import ROOT
 from torch import nn
 
 import tinytf
@@ -350,3 +351,15 @@ def test_seq_acc_is_the_exact_match_rate_of_greedy_generation(arch, bos):
         generated = sum(answer == pairs.example(i)[1] for i, answer in enumerate(answers)) / len(pairs)
         assert 0.0 < generated < 1.0
         assert evaluate(oracle, get_framing(task, arch), pairs, batch_size=16)["seq_acc"] == pytest.approx(generated)
+
+
+def test_the_held_out_sizes_docs_tasks_md_names_are_what_a_run_holds():
+    # 1,000 draws with repeats dropped: the figures the page gives, checked against the configs.
+    page = (ROOT / "docs" / "tasks.md").read_text()
+    for config, sentence in [
+        ("quickstart.yaml", "the quickstart's 1,000 draws keep {n:,}"),
+        ("dyck-1-decoder.yaml", "`dyck-1-decoder.yaml`'s {n:,}"),
+    ]:
+        loaded = tinytf.load_config(ROOT / "configs" / config)
+        n = len(TaskData(get_task(loaded.task), loaded.seed).held_out)
+        assert n < 1000 and sentence.format(n=n) in " ".join(page.split()), config

@@ -3,12 +3,14 @@ stopping, the schedule, devices and precision, and divergence stopped before it 
 weights."""
 
 import contextlib
+import io
 import itertools
 import json
 import math
 import os
 import re
 import subprocess
+from pathlib import Path
 
 import pytest
 import torch
@@ -28,7 +30,7 @@ from tinytf.config import config_from_dict
 from tinytf.data import TaskData
 from tinytf.distributed import OneProcess
 from tinytf.framing import get_framing
-from tinytf.loggers import MetricsFileLogger, NullLogger, RecordingLogger
+from tinytf.loggers import MetricsFileLogger, NullLogger, ProgressBarLogger, RecordingLogger
 from tinytf.model import build_model
 from tinytf.optim import learning_rate, make_optimizer
 from tinytf.runs import checkpoint_path
@@ -381,3 +383,21 @@ def test_attention_every_null_draws_no_maps_and_scores_no_heads(tmp_path):
     result = train(tiny_config(log={"attention_every": None}), runs_dir=tmp_path, loggers=[recorder])
     assert result.step == 12 and recorder.of("metrics")
     assert recorder.of("attention") == [] and recorder.of("heads") == []
+
+
+def drawn_bar(stop_at):
+    """What the progress bar draws for a 10,000-step run at step 50."""
+    out = io.StringIO()
+    bar = ProgressBarLogger(10_000, stop_at=stop_at, file=out)
+    bar.start(Path("runs/grokking"), 0)
+    bar.step(50)
+    bar.metrics(50, "val", {"seq_acc": 0.25})
+    bar.finish(50, {})
+    return out.getvalue().split("\r")[-1]
+
+
+def test_a_run_that_stops_at_an_accuracy_shows_its_steps_as_a_budget_without_a_time_left():
+    drawn = drawn_bar(stop_at=0.99)
+    assert drawn.startswith("grokking, stops at held-out seq_acc 0.99:") and "50/10000 at most [" in drawn
+    assert "<" not in drawn and "val_seq_acc=0.250" in drawn  # no time left to a step it may never reach
+    assert "50/10000 [" in drawn_bar(stop_at=None) and "<" in drawn_bar(stop_at=None)  # a fixed budget: the time left

@@ -20,7 +20,7 @@ import math
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TextIO
 
 from tinytf.files import append_text, naming_errors
 
@@ -273,10 +273,12 @@ class TensorBoardLogger(NullLogger):
 
 
 class ProgressBarLogger(NullLogger):
-    """A tqdm progress bar showing step, loss, accuracy and tokens/s."""
+    """A tqdm progress bar showing step, loss, accuracy and tokens/s. A run that stops at a
+    held-out accuracy (`stop_at`) says so, and shows its steps as a budget, without a time
+    left: it may end long before the last step."""
 
-    def __init__(self, total_steps: int) -> None:
-        self.total_steps = total_steps
+    def __init__(self, total_steps: int, stop_at: float | None = None, file: TextIO | None = None) -> None:
+        self.total_steps, self.stop_at, self.file = total_steps, stop_at, file
         self.bar = None
         self.postfix: dict[str, str] = {}
 
@@ -284,7 +286,11 @@ class ProgressBarLogger(NullLogger):
         from tqdm import tqdm
 
         name = run_dir.name if run_dir is not None else "training"
-        self.bar = tqdm(total=self.total_steps, initial=start_step, unit="step", dynamic_ncols=True, desc=name)
+        shape = {"unit": "step", "dynamic_ncols": True, "file": self.file}
+        if self.stop_at is not None:
+            name = f"{name}, stops at held-out seq_acc {self.stop_at:g}"
+            shape["bar_format"] = "{l_bar}{bar}| {n_fmt}/{total_fmt} at most [{elapsed}, {rate_fmt}{postfix}]"
+        self.bar = tqdm(total=self.total_steps, initial=start_step, desc=name, **shape)
 
     def step(self, step: int) -> None:
         self.bar.update(step - self.bar.n)
