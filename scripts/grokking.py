@@ -23,9 +23,13 @@ import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tinytf.config import read_yaml
 from tinytf.errors import UserError
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 TARGET = 0.99  # "reaches": this share of the set answered right
 STILL_GUESSING = 0.5  # held-out accuracy under this at s1: the run has memorised, not generalised
@@ -95,7 +99,7 @@ def table(runs: list[Run], controls: list[Run]) -> str:
     return "\n".join(rows)
 
 
-def draw(runs: list[Run], controls: list[Run], out: Path) -> None:
+def grokking_figure(runs: list[Run], controls: list[Run]) -> Figure:
     from matplotlib.figure import Figure
 
     figure = Figure(figsize=(13, 3.8), layout="constrained")
@@ -121,7 +125,8 @@ def draw(runs: list[Run], controls: list[Run], out: Path) -> None:
             label=kind if first_of_its_kind else None,
         )
     seeds = ", ".join(str(run.seed) for run in runs)
-    accuracy_ax.set(xscale="log", xlabel="step", ylabel="accuracy (exact answer)", title=f"seeds {seeds}")
+    title = f"accuracy, seed{'s' * (len(runs) > 1)} {seeds}"
+    accuracy_ax.set(xscale="log", xlabel="step", ylabel="accuracy (exact answer)", title=title)
     accuracy_ax.legend(fontsize=7)
     norm_ax.set(xscale="log", xlabel="step", ylabel="norm of all weights", title="weight norm")
     norm_ax.legend(fontsize=7)
@@ -134,7 +139,7 @@ def draw(runs: list[Run], controls: list[Run], out: Path) -> None:
     spectrum_ax.set(xlabel="frequency k", ylabel="embedding norm", title=f"Fourier spectrum, seed {first.seed}")
     if first.spectra:
         spectrum_ax.legend(fontsize=7)
-    figure.savefig(out, dpi=110)
+    return figure
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -151,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     print(table(runs, controls))
     if args.out is not None:
-        draw(runs, controls, args.out)
+        grokking_figure(runs, controls).savefig(args.out, dpi=110)
         print(f"figure: {args.out}")
     return 1 if args.check and not all(run.groks() for run in runs) else 0
 

@@ -230,5 +230,5 @@ def trained(request, tmp_path_factory):
     result = invoke("train", write_config(folder, data), "--runs-dir", folder / "runs")
     assert result.exit_code == 0, result.output
     (run_dir,) = (folder / "runs").iterdir()
-    assert f"run: {run_dir}" in result.stdout
+    assert result.stdout.startswith(f"run {run_dir}\n")
     return folder / "runs", run_dir

@@ -38,6 +38,12 @@ def test_config_show_applies_overrides():
     [
         (None, [], "missing.yaml: cannot read: config file not found"),
         ("", ["--set", "model.d_modle=3"], "did you mean 'd_model'?"),
+        # a section's key given at the top: its dotted path (both where two sections have it)
+        ("", ["--set", "lr=0.1"], "--set lr=0.1: lr: unknown key (did you mean 'train.lr'?)"),
+        ("", ["--set", "d_model=32"], "did you mean 'model.d_model'?"),
+        ("", ["--set", "max_len=9"], "did you mean 'task.max_len' or 'model.max_len'?"),
+        ("lr: 0.1\n", [], "line 1: lr: unknown key (did you mean 'train.lr'?)"),
+        ("", ["--set", "zzz=1"], "zzz: unknown key (allowed: task, model, train, log, seed)"),
         ("model:\n  n_heads: four\n", [], "line 2: model.n_heads: Input should be a valid integer"),
     ],
 )
@@ -90,6 +96,20 @@ def test_tasks_lists_every_task_with_its_architectures_and_keys():
     assert "  keys: task.name, task.digits, task.answer_order, task.eval_size" in blocks["add"]
     assert "  keys: task.name, task.vocab_size, task.min_len, task.max_len, task.bos, task.eval_size" in blocks["sort"]
     assert "  keys: task.name, task.path, task.tokenizer, task.max_len, task.eval_size" in blocks["text"]
+
+
+@pytest.mark.parametrize("name", [name for name, cls in TASKS.items() if not cls.language_model])
+def test_tasks_types_each_example_as_its_description_does(name):
+    """`source -> target`, one space around the arrow, in the example as in the description;
+    a task whose tokens are characters (add, dyck) writes them together in both, as predict does."""
+    cls = TASKS[name]
+    example = next(line for line in listed_tasks()[name] if line.startswith("  example: ")).removeprefix("  example: ")
+    described = cls.description.rpartition(": ")[2]  # "... in the input: c a c b -> 2 1 2 1"
+    together = cls(TaskConfig(name=name)).vocab.split == "char"
+    for shown in (example, described):
+        source, arrow, target = shown.partition(" -> ")
+        assert arrow and "  " not in shown, shown
+        assert (" " not in source + target) if together else source.split() == source.split(" "), shown
 
 
 # A value for every key of the task section, one that a task using the key accepts.

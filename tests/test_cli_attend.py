@@ -82,6 +82,22 @@ def test_attend_table_npz_and_png(trained, tmp_path, monkeypatch):
     assert (tmp_path / "grid.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_attend_out_help_says_what_each_format_does_without_it(run, tmp_path, monkeypatch):
+    from typer.main import get_command
+
+    from tinytf.cli import app
+
+    (out,) = [param for param in get_command(app).commands["attend"].params if param.name == "out"]
+    assert "json prints to the terminal" in out.help and "a new attention.npz, .png or .html" in out.help
+    monkeypatch.chdir(tmp_path)  # and so they do
+    shown = invoke("attend", "1 2 3", "--run", run, "--format", "json")
+    assert shown.exit_code == 0 and json.loads(shown.stdout)["tokens"] and not list(tmp_path.iterdir())
+    for output_format in ("npz", "png", "html"):
+        written = invoke("attend", "1 2 3", "--run", run, "--format", output_format)
+        assert written.exit_code == 0 and written.stdout.startswith(f"wrote attention.{output_format}\n")
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["attention.html", "attention.npz", "attention.png"]
+
+
 def test_attend_one_layer_and_head(trained):
     runs, _ = trained
     result = invoke("attend", "1 2 3", "--runs-dir", runs, "--format", "json", "--layer", "1", "--head", "1")
@@ -258,7 +274,7 @@ def test_out_in_a_missing_folder_is_refused_before_the_model_runs(runs, tmp_path
     def never(*args, **kwargs):
         raise AssertionError("the model ran")
 
-    monkeypatch.setattr("tinytf.cli.load_chosen_run", never)
+    monkeypatch.setattr("tinytf.cli_runs.load_chosen_run", never)
     missing = tmp_path / "missing"
     for output_format in OUT_FORMATS:
         result = invoke("attend", "1 2 3", "--runs-dir", runs, "--format", output_format, "--out", missing / "a")

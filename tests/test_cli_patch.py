@@ -29,6 +29,15 @@ def test_drawn_pairs_give_every_heads_share_of_the_answer_as_json(sentences_run)
     heads = {(r["layer"], r["head"]) for r in report["results"]}
     assert heads == {(layer, head) for layer in range(2) for head in range(2)}
     assert all(r["component"] == "z" and r["position"] is None for r in report["results"])
+    # Every pair with its own values: patched alone, it gives them again
+    assert len(report["per_pair"]) == 20
+    assert report["ld_clean"] == pytest.approx(sum(p["ld_clean"] for p in report["per_pair"]) / 20, abs=1e-5)
+    pair = report["per_pair"][7]
+    assert len(pair["restored"]) == len(pair["ld_patched"]) == len(report["results"])
+    one = ["--clean", pair["clean"], "--corrupt", pair["corrupt"], "--answer", pair["answer"], "--wrong", pair["wrong"]]
+    alone = json.loads(invoke("patch", "--run", sentences_run, *one, "--format", "json").stdout)
+    assert (alone["ld_clean"], alone["ld_corrupt"]) == pytest.approx((pair["ld_clean"], pair["ld_corrupt"]), abs=1e-5)
+    assert [r["restored"] for r in alone["results"]] == pytest.approx(pair["restored"], abs=1e-4)
 
 
 def test_one_pair_by_layer_and_position_restores_all_where_the_prompts_differ(sentences_run):
@@ -66,10 +75,19 @@ def test_one_pair_by_layer_and_position_restores_all_where_the_prompts_differ(se
             ["--pairs", 5, "--construction", "metaphor"],
             "--construction metaphor: one of subject, coreference, semantic for sentences",
         ),
+        (
+            ["--pairs", 5, "--construction", "subjct"],
+            "--construction subjct: one of subject, coreference, semantic for sentences; did you mean 'subject'?",
+        ),
     ],
 )
 def test_what_cannot_be_patched_is_one_line(sentences_run, args, message):
     assert_user_error(invoke("patch", "--run", sentences_run, *args), message)
+
+
+def test_without_run_an_error_about_a_construction_names_the_run_picked(sentences_run):
+    picked = invoke("patch", "--runs-dir", sentences_run.parent, "--pairs", 5, "--construction", "subjct")
+    assert_user_error(picked, f"error: {sentences_run}: --construction subjct: one of subject")
 
 
 def test_a_decoder_that_answers_questions_is_patched_one_pair_at_a_time(run, tmp_path):
@@ -102,6 +120,18 @@ def test_attribute_splits_the_logit_difference_into_parts_that_add_up(sentences_
     table = invoke(*args)
     assert table.exit_code == 0 and f"logit difference {report['ld']:.3f} = the sum" in table.stdout
     assert_user_error(invoke(*args[:3], "sleeps sleeps", *args[4:]), "must each be one token")
+
+
+def test_positions_are_labelled_with_one_pairs_words_and_drawn_pairs_counted_from_the_end(sentences_run):
+    from tinytf.commands import patch_pairs
+    from tinytf.runs import load_run
+
+    loaded = load_run(sentences_run)
+    one = ("the cat near the dogs", "the cats near the dogs", "sleeps", "sleep")
+    _, tokens, _ = patch_pairs(loaded, one, None, None, "layer-position")
+    assert tokens == ["<bos>", "the", "cat/cats", "near", "the", "dogs"]
+    _, tokens, _ = patch_pairs(loaded, (None,) * 4, 5, "subject", "layer-position")  # one length, other words
+    assert tokens is None  # the figure numbers positions -5..-1 instead
 
 
 def test_png_draws_the_heatmaps_to_the_file_named(sentences_run, tmp_path):

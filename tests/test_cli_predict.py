@@ -85,6 +85,20 @@ def test_predict_on_a_language_model_prints_the_continuation(tmp_path):
     assert report["tokens"] == ["<bos>", "the", "cat"] and report["answer"] is None
 
 
+def test_predict_on_a_character_model_prints_text_not_spaced_characters(tmp_path):
+    (tmp_path / "corpus.txt").write_text("abcdefgh" * 200)  # no spaces: any space printed is a separator
+    data = {
+        **tiny_data(train={"steps": 4, "eval_every": 4}),
+        "task": {"name": "text", "path": str(tmp_path / "corpus.txt"), "tokenizer": "char", "max_len": 8},
+    }
+    trained = invoke("train", write_config(tmp_path, data), "--runs-dir", tmp_path / "runs")
+    assert trained.exit_code == 0, trained.output
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    tokens = json.loads(invoke("predict", "abc", "--run", run_dir, "--format", "json").stdout)["output"]
+    assert len(tokens) > 1
+    assert invoke("predict", "abc", "--run", run_dir).stdout == "".join(tokens) + "\n"
+
+
 def close_writer(fifo):
     """Open `fifo` for writing and close it (a reader blocked on it reads end of file)."""
     with open(fifo, "wb"):

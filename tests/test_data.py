@@ -1,5 +1,6 @@
 """Vocabulary, framing per architecture, padding invariance, held-out disjointness,
-and metrics computed the way users get answers."""
+and metrics computed the way users get answers; where a method does not apply (a
+language model answers no question), the error says what does."""
 
 import pytest
 import torch
@@ -8,14 +9,14 @@ from conftest import ROOT
 from torch import nn
 
 import tinytf
-from tinytf.batch import IGNORE
+from tinytf.batch import IGNORE, single_pair
 from tinytf.config import TaskConfig, config_from_dict
 from tinytf.data import TaskData, example_hashes
-from tinytf.errors import ConfigError, UserError
-from tinytf.evaluate import evaluate, scored_loss
+from tinytf.errors import ConfigError, NotApplicableError, UserError
+from tinytf.evaluate import evaluate, predict, scored_loss
 from tinytf.experiment import check_config
 from tinytf.framing import get_framing
-from tinytf.tasks import TASKS, Pairs, get_task
+from tinytf.tasks import CONSTRUCTIONS, TASKS, Pairs, get_task
 from tinytf.tasks.vocab import UnknownTokenError, Vocabulary
 
 ARCHS = ["encoder", "decoder", "encoder-decoder"]
@@ -131,6 +132,32 @@ def test_language_model_framing_predicts_the_next_word():
         assert batch.tokens[i, : length - 1].tolist() == pairs.target[i, : length - 1].tolist()
         assert batch.labels[i, : length - 1].tolist() == pairs.target[i, 1:length].tolist()
         assert (batch.labels[i, length - 1 :] == IGNORE).all()
+
+
+def test_a_language_model_answers_no_question_and_the_error_names_what_it_does_instead():
+    config = config_from_dict(
+        {"task": {"name": "sentences"}, "model": {"arch": "decoder", "d_model": 16, "n_heads": 2, "n_layers": 1}}
+    )
+    model, task = tinytf.build_model(config).eval(), get_task(config.task)
+    framing = get_framing(task, "decoder")
+    prompt = framing.typed_input("the cat", model.config.max_len)
+    assert not framing.answers_questions
+    with pytest.raises(NotApplicableError, match="continues text") as raised:
+        framing.answers(model, single_pair(prompt))
+    assert isinstance(raised.value, NotImplementedError)
+    # What the message offers instead works: a continuation, as text and as ids.
+    assert "tinytf.evaluate.predict(model, framing, texts)" in str(raised.value)
+    ((read, written),) = predict(model, framing, ["the cat"])
+    assert read == ["<bos>", "the", "cat"] and written
+    assert "framing.answer_typed(model, [framing.typed_input(text, model.config.max_len)])" in str(raised.value)
+    assert framing.vocab.decode(framing.answer_typed(model, [prompt])[0]) == written
+
+
+def test_a_task_without_constructions_says_which_tasks_draw_minimal_pairs():
+    with pytest.raises(NotApplicableError) as raised:
+        get_task(TaskConfig(name="sort")).held_out_pairs("subject", 10)
+    assert "'sort' draws no minimal pairs" in str(raised.value) and "tinytf.tasks.CONSTRUCTIONS" in str(raised.value)
+    assert set(CONSTRUCTIONS) >= {"sentences", "modular-add"}
 
 
 def configured(name, arch, tmp_path, **task_keys):

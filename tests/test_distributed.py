@@ -196,7 +196,7 @@ def test_rank_0_alone_writes_one_run_folder_and_reports(equal_runs):
         "tiny.yaml",
         "two",
     ]
-    assert job.stdout.count("run: ") == 1 and "best validation" in job.stdout
+    assert sum(line.startswith("run ") for line in job.stdout.splitlines()) == 1 and "best validation" in job.stdout
     # The checkpoint holds the bare model (no DDP "module." prefix): any command reads it.
     state = load_checkpoint(checkpoint_path(run_dir, "best"))
     assert not any(name.startswith("module.") for name in state["model"])

@@ -25,9 +25,9 @@ def shifted(length: int, by: int) -> torch.Tensor:
     return weights
 
 
-def score(weights: torch.Tensor, pattern: str, ids: list[int]) -> float | None:
+def score(weights: torch.Tensor, pattern: str, ids: list[int], causal: bool = False) -> float | None:
     ids_tensor = torch.tensor(ids)
-    found = pattern_mass(weights, token_patterns(ids_tensor, ids_tensor, same_sequence=True)[pattern])
+    found = pattern_mass(weights, token_patterns(ids_tensor, ids_tensor, same_sequence=True, causal=causal)[pattern])
     return None if found is None else float(found[0])
 
 
@@ -60,6 +60,39 @@ def test_first_token_and_a_uniform_head():
     assert score(uniform, "first", ids) == pytest.approx(1 / 4)
     assert float(row_entropy(uniform)[0]) == pytest.approx(math.log(4))
     assert float(row_entropy(shifted(4, 1))[0]) == pytest.approx(0, abs=1e-6)
+
+
+def test_a_causal_maps_first_query_scores_no_pattern_it_cannot_miss():
+    # Query 0 of a causal map sees only key 0, which is itself and the first token: any head
+    # puts all its weight there, so that row says nothing about `self` or `first`.
+    ids = [5, 6, 7, 8, 9]
+    one_back = shifted(5, 1)  # a previous-token head; query 0 on key 0, as it must
+    assert score(one_back, "self", ids, causal=True) == 0  # not 1/5: row 0 is left out
+    assert score(one_back, "first", ids, causal=True) == pytest.approx(1 / 4)  # rows 1..4: only row 1 on key 0
+    assert score(one_back, "previous", ids, causal=True) == 1
+    assert score(one_back, "self", ids) == pytest.approx(1 / 5)  # an encoder's query 0 could have looked elsewhere
+    patterns = token_patterns(torch.tensor(ids), torch.tensor(ids), same_sequence=True, causal=True)
+    assert not patterns["self"][0].any() and not patterns["first"][0].any()
+    assert patterns["self"][1:].diagonal(offset=1).all() and patterns["first"][1:, 0].all()
+    only = torch.tensor([4])  # one token, in any map: it sees only itself, the first token
+    assert not token_patterns(only, only, same_sequence=True)["self"].any()
+
+
+def test_a_causal_head_through_the_model_is_scored_without_its_first_query():
+    """A decoder whose every head spreads evenly over the keys it sees: query i puts
+    1 / (i + 1) on itself and on the first token; query 0 (1 on both) is left out."""
+    model, framing, _ = tiny_model("decoder")
+    names = [name for name in model.hook_names() if name.endswith("self.pattern")]
+
+    def causal_uniform(weights):  # (B, H, T, T)
+        seen = torch.ones(weights.shape[-2:]).tril()
+        return (seen / seen.sum(dim=1, keepdim=True)).expand_as(weights).contiguous()
+
+    report = head_scores(model, framing, text="3 1 4 1", hooks=dict.fromkeys(names, causal_uniform))
+    (length,) = {len(m.query_tokens) for m in attention_report(model, framing, "3 1 4 1").maps}
+    expected = sum(1 / (i + 1) for i in range(1, length)) / (length - 1)
+    for head in report.heads:
+        assert head.scores["self"] == pytest.approx(expected) and head.scores["first"] == pytest.approx(expected)
 
 
 def test_duplicate_and_induction_patterns_on_a_repeated_sequence():
@@ -140,7 +173,8 @@ def test_a_typed_input_scores_what_attend_shows(arch):
         weights = torch.tensor(shown.weights[head.head : head.head + 1])  # (1, T_q, T_k)
         ids = framing.vocab.encode(shown.query_tokens), framing.vocab.encode(shown.key_tokens)
         same = shown.query_tokens is shown.key_tokens or head.stack == "encoder" or head.kind == "self"
-        patterns = token_patterns(torch.tensor(ids[0]), torch.tensor(ids[1]), same_sequence=same)
+        causal = head.stack == "decoder" and head.kind == "self"  # query i sees keys 0..i
+        patterns = token_patterns(torch.tensor(ids[0]), torch.tensor(ids[1]), same_sequence=same, causal=causal)
         for pattern in GENERIC_PATTERNS:
             expected = pattern_mass(weights, patterns[pattern]) if pattern in patterns else None
             assert head.scores[pattern] == pytest.approx(None if expected is None else float(expected[0]), abs=1e-6)

@@ -201,7 +201,9 @@ def random_report(rng, n_heads=6):
 def test_the_score_grid_shows_every_score_and_frames_the_labels():
     report = report_of([{"self": 0.9, "first": 0.25, "copy": None}, {"self": 0.125, "first": 0.375, "copy": 0.0}])
     figure = head_scores_figure(report)
-    (ax,) = figure.axes
+    ax, bar_ax = figure.axes
+    assert ax.images[0].colorbar.ax is bar_ax and bar_ax.get_ylim() == (0.0, 1.0)  # the scores' scale
+    assert bar_ax.get_ylabel().startswith("score")
     assert [t.get_text() for t in ax.get_yticklabels()] == ["self", "first", "copy"]
     assert [t.get_text() for t in ax.get_xticklabels()] == ["d0.self.h0", "d0.self.h1"]
     texts = {(round(t.get_position()[1]), round(t.get_position()[0])): t.get_text() for t in ax.texts}

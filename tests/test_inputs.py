@@ -168,19 +168,19 @@ def test_attention_report_carries_the_note():
     assert report.select(layer=0, head=1).note == report.note
 
 
-def test_the_cli_notes_an_input_length_never_trained_on_on_stderr(runs, tmp_path):
+def test_the_cli_notes_an_input_length_never_trained_on_on_stderr(run, tmp_path):
     """A note, not an error: exit 0, the answer on stdout, one `note: ` line on stderr."""
     for command in (["attend", "1 2"], ["attend", "1 2", "--format", "json"], ["predict", "1 2 3 4 0 1"]):
-        result = invoke(*command, "--runs-dir", runs)
+        result = invoke(*command, "--run", run)  # (without --run, a `run` line on stderr names the run)
         assert result.exit_code == 0, result.output
         assert result.stdout
         assert result.stderr.startswith("note: the input has ") and result.stderr.count("\n") == 1, result.stderr
         assert "trained on inputs of 3 to 5 tokens only" in result.stderr
-    in_range = invoke("predict", "1 2 3", "--runs-dir", runs)
+    in_range = invoke("predict", "1 2 3", "--run", run)
     assert in_range.exit_code == 0 and in_range.stderr == ""
     inputs = tmp_path / "inputs.txt"
     inputs.write_text("1 2 3\n1 2\n\n1 2 3 4 0 1\n")
-    many = invoke("predict", "--file", inputs, "--runs-dir", runs)
+    many = invoke("predict", "--file", inputs, "--run", run)
     assert many.exit_code == 0, many.output
     assert len(many.stdout.splitlines()) == 4
     assert many.stderr.count("\n") == 1, many.stderr  # one line, however many inputs

@@ -74,6 +74,24 @@ def test_pairs_of_different_lengths_are_grouped_and_every_pair_counts(model_and_
             patch(model, groups, by=by)
 
 
+def test_each_pairs_own_values_are_those_of_patching_it_alone(model_and_vocab):
+    # Pairs of two lengths, patched together: each pair's prompts, LDs and shares restored
+    # are those of the same pair patched by itself; the report's LDs are their means.
+    model, framing = model_and_vocab
+    pairs = minimal_pairs("subject", 3, seed=1) + minimal_pairs("semantic", 2, seed=1)
+    report = patch(model, prompts_of(framing, pairs, 64), by="head")
+    texts = lambda pairs: sorted((p.clean, p.corrupt, p.answer, p.wrong) for p in pairs)  # noqa: E731
+    assert texts(report.per_pair) == texts(pairs)
+    assert report.ld_clean == pytest.approx(sum(p.ld_clean for p in report.per_pair) / 5, abs=1e-5)
+    assert report.ld_corrupt == pytest.approx(sum(p.ld_corrupt for p in report.per_pair) / 5, abs=1e-5)
+    for own in report.per_pair:
+        alone = patch(model, prompts_of(framing, [MinimalPair(own.clean, own.corrupt, own.answer, own.wrong)], 64))
+        assert (own.ld_clean, own.ld_corrupt) == pytest.approx((alone.ld_clean, alone.ld_corrupt), abs=1e-5)
+        assert own.restored == pytest.approx([r.restored for r in alone.results], abs=1e-4)
+        by_hand = [(ld - own.ld_corrupt) / (own.ld_clean - own.ld_corrupt) for ld in own.ld_patched]
+        assert own.restored == pytest.approx(by_hand)
+
+
 @pytest.mark.parametrize(
     ("pair", "message"),
     [

@@ -25,7 +25,7 @@ from conftest import (
 
 from tinytf.checkpoint import load_checkpoint, save_checkpoint
 from tinytf.errors import ConfigError, UserError
-from tinytf.loggers import NullLogger
+from tinytf.loggers import NullLogger, RecordingLogger, resume_line
 from tinytf.runs import checkpoint_path
 from tinytf.training import train
 
@@ -126,6 +126,8 @@ def test_resume_after_a_kill_drops_metrics_past_the_checkpoint_and_stale_tempora
     result = invoke("train", "--resume", run_dir)
 
     assert result.exit_code == 0, result.output
+    # where it goes on from, and the steps whose rows it drops (to 10: the torn row of 11 is no metric)
+    assert result.stdout.startswith("resumed from step 8 (last.pt); steps 9–10 will be redone\n"), result.stdout
     assert (
         f"note: {metrics}: dropped 4 line(s) that are not metrics (line 4, 5, 6, {len(rows) + 1}: torn, not UTF-8 "
         "or not a JSON object with a step); the other rows are kept\n"
@@ -224,6 +226,7 @@ def test_resuming_a_finished_run_trains_on_only_when_asked(trained, tmp_path):
     steps_before = load_checkpoint(checkpoint_path(run_dir, "last"))["step"]
     again = invoke("train", "--resume", run_dir)
     assert again.exit_code == 0, again.output
+    assert again.stdout.startswith(f"resumed from step {steps_before} (last.pt)\nrun {run_dir}\n")  # nothing redone
     assert load_checkpoint(checkpoint_path(run_dir, "last"))["step"] == steps_before
 
 
@@ -235,10 +238,26 @@ def test_resume_with_more_steps_continues_from_the_saved_step(trained, tmp_path)
 
     result = invoke("train", "--resume", run_dir, "--set", "train.steps=30", "--set", "log.attention_every=5")
     assert result.exit_code == 0, result.output
-    assert f"run: {run_dir}" in result.stdout
+    assert result.stdout.startswith(f"resumed from step 20 (last.pt)\nrun {run_dir}\n")
     assert load_checkpoint(checkpoint_path(run_dir, "last"))["step"] == 30
     after = read_metrics(run_dir)
     assert after[: len(before)] == before  # the first 20 steps are not trained or logged again
     assert [r["step"] for r in after if r["split"] == "train"] == [5, 10, 15, 20, 25, 30]
     assert [r["step"] for r in after if r["split"] == "val"] == [10, 20, 30]
     assert yaml.safe_load((run_dir / "config.yaml").read_text())["train"]["steps"] == 30
+
+
+def test_the_resume_line_names_the_steps_redone():
+    assert resume_line(1000, 1417) == "resumed from step 1000 (last.pt); steps 1001–1417 will be redone"
+    assert resume_line(1000, 1001) == "resumed from step 1000 (last.pt); step 1001 will be redone"
+    assert resume_line(1000, None) == "resumed from step 1000 (last.pt)"
+
+
+def test_the_library_reports_a_resume_to_its_loggers_before_it_starts(tmp_path):
+    config = tiny_config(train={"checkpoint_every": 4})
+    with pytest.raises(RuntimeError, match="killed"):
+        train(config, runs_dir=tmp_path, loggers=[CrashAt(10)])  # last.pt: step 8; metrics: to 10
+    (run_dir,) = tmp_path.iterdir()
+    recording = RecordingLogger()
+    train(config, resume=run_dir, loggers=[recording])
+    assert recording.records[:2] == [("resumed", (8, 10)), ("start", (run_dir, 8))]

@@ -34,6 +34,7 @@ from tinytf.runs import (
     load_run,
     newest_run,
     skipped_runs,
+    training_process,
 )
 from tinytf.training import train
 
@@ -80,6 +81,37 @@ def test_the_default_run_is_the_newest_with_a_checkpoint(run, tmp_path):
     result = invoke("eval", "--runs-dir", runs)
     assert result.exit_code == 0 and f"run {good}" in result.stdout
     assert f"note: skipping {crashed} (no checkpoint yet)" in result.stderr
+
+
+def test_a_run_picked_by_default_is_named_first_and_in_errors_about_its_model(run, runs):
+    heading = f"run {run} (best checkpoint, step "
+    table = invoke("attend", "1 2 3", "--runs-dir", runs)
+    assert table.stdout.startswith(heading) and table.stderr == ""  # the table's heading names it
+    for command in (["attend", "1 2 3", "--format", "json"], ["predict", "1 2 3"], ["heads", "--format", "json"]):
+        picked = invoke(*command, "--runs-dir", runs)  # stdout holds data: the line goes to stderr
+        assert picked.exit_code == 0, picked.output
+        assert picked.stderr.startswith(heading) and picked.stderr.count("\n") == 1, picked.stderr
+        named = invoke(*command, "--run", run)
+        assert named.stdout == picked.stdout and named.stderr == ""
+    assert_user_error(invoke("attend", "1 9", "--runs-dir", runs), f"error: {run}: unknown token '9'")
+    assert_user_error(invoke("eval", "--n", 999, "--runs-dir", runs), f"error: {run}: --n 999: the run's held-out")
+    assert_user_error(invoke("attend", "1 9", "--run", run), "error: unknown token '9'")
+
+
+def test_a_run_still_training_is_used_with_a_note_that_says_so(run, tmp_path):
+    runs = tmp_path / "runs"
+    training = copy_run(run, runs)
+    (training / "train.pid").write_text("4242\n")
+    with exclusive_training(training):
+        assert training_process(training) == "4242"
+        picked = invoke("eval", "--runs-dir", runs)
+        named = invoke("eval", "--run", training)
+    assert picked.exit_code == 0 and picked.stdout.startswith(f"run {training} (best checkpoint"), picked.output
+    note = "is still training (process 4242); using its best checkpoint so far\n"
+    assert picked.stderr == f"note: the newest run, {training}, {note}"
+    assert named.stdout == picked.stdout and named.stderr == f"note: {training} {note}"
+    assert training_process(training) is None  # a train.pid left behind by a killed trainer: no lock held
+    assert invoke("eval", "--runs-dir", runs).stderr == ""
 
 
 def test_a_second_trainer_is_refused_with_the_first_one_s_pid(run, tmp_path):

@@ -1,10 +1,11 @@
 """The scripts of scripts/, run as a user runs them (a process each), print and write what
-they promise. Their figures are not checked: timings belong in the benchmarks, not in
+they promise. Their figures' pixels are not checked: timings belong in the benchmarks, not in
 tests. A run that trains or times for more than a few seconds is marked slow."""
 
 import importlib.util
 import json
 import subprocess
+import sys
 
 import pytest
 from conftest import ROOT, run_script, tiny_data, write_config
@@ -256,3 +257,13 @@ def test_grokking_finds_when_each_run_memorised_and_generalised(tmp_path):
         '{"step": 1, "split": "val", "seq_acc": 0.5}\n'
     )  # a task without a training set
     assert_one_line_error(run_script("scripts/grokking.py", tmp_path, returncode=2), "no train_set metrics")
+
+
+def test_the_grokking_figure_names_its_seeds_in_the_singular_for_one_run(tmp_path, monkeypatch):
+    spec = importlib.util.spec_from_file_location("grokking", ROOT / "scripts" / "grokking.py")
+    grokking = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "grokking", grokking)  # (its dataclasses look their module up)
+    spec.loader.exec_module(grokking)
+    runs = [grokking.Run.read(fake_run(tmp_path / f"run-{seed}", seed, [0.5, 1.0], [0.1, 0.2])) for seed in (0, 1)]
+    titles = [grokking.grokking_figure(runs[:n], []).axes[0].get_title() for n in (1, 2)]
+    assert titles == ["accuracy, seed 0", "accuracy, seeds 0, 1"]

@@ -211,3 +211,15 @@ def test_every_module_and_function_stays_short_enough_to_read():
             if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and length > 50:
                 too_long.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name}: {length} lines")
     assert too_long == []
+
+
+def test_no_method_raises_a_bare_not_implemented_error():
+    """Each says why: a subclass that must define it, or (`NotApplicableError`) what applies instead."""
+    bare = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            exc = node.exc if isinstance(node, ast.Raise) else None
+            called = exc.func if isinstance(exc, ast.Call) and not (exc.args or exc.keywords) else exc
+            if isinstance(called, ast.Name) and called.id == "NotImplementedError":
+                bare.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert bare == []

@@ -2,6 +2,7 @@
 
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -267,9 +268,39 @@ def test_a_sweep_continued_with_other_params_is_refused(grid, tmp_path):
     assert_user_error(invoke("sweep", path, "--trials", 3), "--trials: this sweep trains every setting of its grid")
 
 
-def test_show_names_what_is_not_a_sweep(tmp_path):
-    assert_user_error(invoke("sweep", "show", tmp_path), "no sweep there")
-    assert_user_error(invoke("sweep", "show", "nothing", "--runs-dir", tmp_path), "no sweep there")
+def test_show_names_what_is_not_a_sweep_and_what_was_likely_meant(grid, tmp_path):
+    # a folder without the journal: the runs of a sweep whose study is in a database
+    (tmp_path / "lr" / "trial-000-seed-0-x").mkdir(parents=True)
+    database = "; a sweep stored in a database: add --storage URL"
+    missing = f"no sweep 'lr' in {tmp_path}/ (no {tmp_path / 'lr' / 'study.journal'})"
+    assert_user_error(invoke("sweep", "show", tmp_path / "lr"), missing + database)
+    assert_user_error(invoke("sweep", "show", "lr", "--runs-dir", tmp_path), database)
+    shown = invoke("sweep", "show", "nothing", "--runs-dir", tmp_path)
+    assert_user_error(shown, f"no sweep 'nothing' in {tmp_path}/ (no {tmp_path / 'nothing' / 'study.journal'}); start")
+    assert "--storage URL" in shown.stderr
+    assert_user_error(invoke("sweep", "show", "gird", "--runs-dir", grid.parent), "; did you mean 'grid'?")
+
+
+def test_the_commands_sweep_prints_paste_as_they_are_with_the_storage(tmp_path):
+    from tinytf.sweep.launch import show_command
+    from tinytf.sweep.spec import Job, load_sweep
+    from tinytf.sweep.study import open_study
+
+    assert show_command(Path("my sweeps/lr"), None) == "tinytf sweep show 'my sweeps/lr'"
+    path = write_sweep(tmp_path, seeds=[0])
+    sweep, base, _ = load_sweep(path)
+    url = f"sqlite:///{tmp_path / 'sweeps.db'}"
+    runs_dir = tmp_path / "my sweeps"
+    study = open_study(sweep, "lr", url)
+    sweep_here(study, Job(sweep, base, "lr", runs_dir / "lr", url, 1))
+    again = invoke("sweep", path, "--name", "lr", "--storage", url, "--runs-dir", runs_dir)
+    assert again.exit_code == 0, again.output
+    command = again.stdout.rpartition("see them with: ")[2].strip()
+    assert command == show_command(runs_dir / "lr", url) and "--storage" in command
+    tinytf, *args = shlex.split(command)  # pasted: the sweep, its runs in the folder printed
+    shown = invoke(*args)
+    assert tinytf == "tinytf" and shown.exit_code == 0, shown.output
+    assert f"run folders: {runs_dir / 'lr'}/trial-NNN-seed-S-*" in shown.stdout
 
 
 def test_the_workers_share_omp_num_threads_cores_else_the_machines(monkeypatch):
@@ -395,6 +426,26 @@ def test_a_choice_of_numbers_and_all_is_drawn_as_categories(tmp_path):
     assert [label.get_text() for label in axis.get_xticklabels()] == ["32", "64", "all"]  # the file's order
     rings = axis.collections[1::2]  # each row draws its dots, then its ring
     assert [tuple(ring.get_offsets()[0]) for ring in rings] == [(2, 0.2), (1, 0.5), (0, 0.9)]
+    assert axis.get_ylabel() == "held-out loss (nats per token), best checkpoint"  # the metric and its unit
+    title = axis.figure.get_suptitle()
+    assert "on seed 0" in title and "seeds" not in title  # one seed: no "worst over its seeds"
+
+
+def test_a_sweep_to_a_target_names_the_target_on_its_value_axis(tmp_path):
+    from tinytf.sweep.results import load_results, sweep_figure
+    from tinytf.sweep.spec import Job, load_sweep
+    from tinytf.sweep.study import open_study, storage_for
+
+    base = tiny_data(train={"stop_at_accuracy": 0.5})
+    path = write_sweep(tmp_path, base_config=base, params={}, seeds=[0], objective={"metric": "steps_to_target"})
+    sweep, base_path, _ = load_sweep(path)
+    folder = tmp_path / "sweeps" / "grid"
+    sweep_here(open_study(sweep, "grid", storage_for(folder, None)), Job(sweep, base_path, "grid", folder, None, 1))
+    results = load_results(str(folder))
+    assert results.target == 0.5
+    figure = sweep_figure(results)
+    assert figure.axes[0].get_ylabel() == "steps to 50% held-out exact match"
+    assert figure.get_suptitle() == "sweep grid: steps_to_target\n(a dot per seed's run)"
 
 
 def test_every_setting_of_a_large_grid_is_checked_before_training(tmp_path):

@@ -1,10 +1,14 @@
-"""Attention pictures: the fast repeated rendering used for TensorBoard must look like
-a full drawing of the same figure."""
+"""Attention and patching pictures: the fast repeated rendering used for TensorBoard must
+look like a full drawing of the same figure, and every map says what it shows (a colour
+bar with its scale, the values of a small grid, its axes)."""
 
 import numpy as np
+import pytest
 
-from tinytf.attend import AttentionMap
-from tinytf.viz import LayerImages, layer_figure
+from tinytf.attend import AttentionMap, AttentionReport
+from tinytf.heatmaps import patch_figure
+from tinytf.patching import Patched, PatchReport
+from tinytf.viz import LayerImages, layer_figure, report_figure
 
 
 def random_map(rng, tokens):
@@ -68,7 +72,87 @@ def test_only_the_most_recently_used_frames_are_kept():
 def test_query_tokens_and_their_ticks_are_drawn_on_the_first_head_only():
     rng = np.random.default_rng(4)
     tokens = ["a", "b", "c"]
-    first, *others = layer_figure(random_map(rng, tokens)).axes
+    first, *others, _colour_bar = layer_figure(random_map(rng, tokens)).axes
     assert [label.get_text() for label in first.get_yticklabels()] == tokens
     assert all(len(ax.get_yticks()) == 0 for ax in others)
     assert all([label.get_text() for label in ax.get_xticklabels()] == tokens for ax in (first, *others))
+
+
+def colour_bar_of(figure):
+    """The one colour bar of a figure: every map of it shares its scale."""
+    (bar,) = [image.colorbar for ax in figure.axes for image in ax.images if image.colorbar is not None]
+    return bar
+
+
+def cell_values(ax):
+    """{(row, column): the number printed in that cell}."""
+    return {(round(t.get_position()[1]), round(t.get_position()[0])): float(t.get_text()) for t in ax.texts}
+
+
+def test_attention_maps_have_a_colour_bar_and_small_ones_print_their_weights():
+    rng = np.random.default_rng(5)
+    small, large = random_map(rng, list("abc")), random_map(rng, [f"t{i}" for i in range(13)])
+    tokens = list("abc")
+    layer_1 = AttentionMap("decoder", 1, "self", tokens, tokens, small.weights)
+    report = AttentionReport(tokens, None, None, [small, layer_1])
+    for figure, n_maps in ((layer_figure(small), 4), (report_figure(report), 8)):
+        bar = colour_bar_of(figure)
+        assert bar.ax.get_ylim() == (0.0, 1.0) and "attention weight" in bar.ax.get_ylabel()
+        maps = [ax for ax in figure.axes if ax.images]
+        assert len(maps) == n_maps
+        for ax, weights in zip(maps, [*small.weights, *small.weights], strict=False):
+            expected = {(i, j): weights[i, j] for i in range(3) for j in range(3)}
+            assert cell_values(ax) == pytest.approx(expected, abs=0.005)
+    assert all(not ax.texts for ax in layer_figure(large).axes)  # 13 x 13: the colours alone
+
+
+def test_repeated_renderings_print_each_maps_own_weights():
+    rng = np.random.default_rng(6)
+    images, tokens = LayerImages(), list("abcd")
+    for attention in (random_map(rng, tokens), random_map(rng, tokens)):  # the second reuses the first's frame
+        images.render(attention)
+        (frame,) = images._frames.values()
+        for texts, weights in zip(frame.cells, attention.weights, strict=True):
+            assert [float(t.get_text()) for t in texts] == pytest.approx(weights.ravel().tolist(), abs=0.005)
+
+
+def patch_report(by_position, pairs=20, spread=0.8):
+    """A report of 2 layers x 2 heads, at 3 positions if `by_position`; restored from -spread on."""
+    positions = [0, 1, 2] if by_position else [None]
+    keys = [(layer, head, position) for layer in range(2) for head in range(2) for position in positions]
+    results = [Patched("z", *key, -spread + 0.1 * i) for i, key in enumerate(keys)]
+    return PatchReport(pairs, 2.0, -1.0, 1.0, results)
+
+
+def test_a_patch_map_is_centred_on_zero_and_prints_each_value():
+    report = patch_report(by_position=False)
+    figure = patch_figure(report, None)
+    (ax,) = [ax for ax in figure.axes if ax.images]
+    bar = colour_bar_of(figure)
+    low, high = bar.ax.get_ylim()
+    assert (low, high) == (-1.0, 1.0) and 0.0 in bar.get_ticks()  # symmetric: white is "no change"
+    assert [line.get_ydata()[0] for line in bar.ax.lines] == [0.0]  # and 0 is marked on it
+    assert cell_values(ax) == pytest.approx({(r.layer, r.head): r.restored for r in report.results}, abs=0.005)
+    assert ax.get_xlabel() == "head" and ax.get_ylabel() == "layer"
+    assert ax.get_title() == "each head's output (z) patched at every position at once, over 20 pairs"
+    wide = patch_figure(patch_report(by_position=False, spread=2.5), None)  # values past -1 widen the scale
+    assert colour_bar_of(wide).ax.get_ylim() == (-2.5, 2.5)
+
+
+def test_drawn_pairs_number_positions_from_the_prompts_end_and_one_pair_shows_its_words():
+    drawn = patch_figure(patch_report(by_position=True), None)
+    (ax,) = [ax for ax in drawn.axes if ax.images]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["-3", "-2", "-1"]
+    assert ax.get_xlabel().startswith("position from the prompt's end (-1: the last token")
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["0.0", "0.1", "1.0", "1.1"]
+    one = patch_figure(patch_report(by_position=True, pairs=1), ["<bos>", "cat/cats", "sleeps"])
+    (ax,) = [ax for ax in one.axes if ax.images]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["<bos>", "cat/cats", "sleeps"]
+    assert ax.get_title().endswith("over 1 pair")
+
+
+def test_a_large_patch_grid_shows_colours_only():
+    keys = [(layer, None, position) for layer in range(2) for position in range(13)]
+    report = PatchReport(5, 1.0, 0.0, 1.0, [Patched("resid_pre", *key, 0.5) for key in keys])
+    (ax,) = [ax for ax in patch_figure(report, None).axes if ax.images]
+    assert len(ax.texts) == 0 and ax.get_title().startswith("the residual stream entering the layer (resid_pre)")

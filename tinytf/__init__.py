@@ -6,7 +6,8 @@ The entry points for scripts and notebooks:
     config = tinytf.load_config("configs/quickstart.yaml", overrides=["model.d_model=64"])
     model = tinytf.build_model(config)                 # vocabulary from the config's task
     result = tinytf.train(config, runs_dir="runs")     # a run folder with checkpoints
-    run = tinytf.load_run("runs/quickstart-...")       # model, task, framing, config
+    run = tinytf.load_run()                            # the newest under ./runs: model, task, framing, config
+    batch, _ = run.framing.typed_batch(run.model, "the cat sat on the mat")  # text -> ids, as attend reads it
 
 Importing tinytf imports neither torch nor the tasks: each entry point is imported on
 first use, and `build_model`, `train` and `load_run` bring torch with them.

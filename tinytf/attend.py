@@ -7,8 +7,9 @@ TensorBoard attention images and the notebooks. Pure: it computes, the CLI forma
     report.note                      # None, or why the answer may be a guess (a length never trained on)
 
 The weights are exactly those of `model(..., return_attention=True)` for the input.
-`attention_sides` says which sequence an attention's queries and keys read, for every
-module that labels or masks a map by its name.
+`attention_sides` says which sequence an attention's queries and keys read, and
+`is_causal` whether its queries see only the keys up to themselves, for every module
+that labels or masks a map by its name.
 """
 
 from __future__ import annotations
@@ -39,6 +40,12 @@ def attention_sides(name: str, tokens: Tokens, source: Tokens | None) -> tuple[T
     if kind == "cross":
         return tokens, source
     return tokens, tokens
+
+
+def is_causal(name: str) -> bool:
+    """Whether query i of the attention `name` sees only keys 0..i: a decoder's self-attention."""
+    stack, _, kind = name.split(".")
+    return stack == "decoder" and kind == "self"
 
 
 @dataclass

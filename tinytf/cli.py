@@ -33,6 +33,7 @@ from tinytf.cli_options import (
     RunsDirOption,
     TableFormat,
 )
+from tinytf.cli_runs import chosen_run
 from tinytf.cli_sweep import sweep_app
 from tinytf.errors import UserError
 from tinytf.experiment import describe_tasks, dump_checked_config, load_config
@@ -41,7 +42,6 @@ from tinytf.tasks import CONSTRUCTIONS
 
 if TYPE_CHECKING:
     from tinytf.batch import Progress
-    from tinytf.runs import LoadedRun
 
 
 app = typer.Typer(
@@ -97,17 +97,6 @@ def train(
     typer.echo(training_summary(result))
 
 
-def load_chosen_run(run: Path | None, runs_dir: Path, checkpoint: Checkpoint) -> LoadedRun:
-    """`--run`, or the newest run under `--runs-dir` that has a checkpoint; says which
-    newer runs it passed over (crashed or stopped before their first checkpoint)."""
-    from tinytf.runs import load_run, resolve_run, skipped_runs
-
-    if run is None:
-        for skipped in skipped_runs(runs_dir):
-            typer.echo(f"note: skipping {skipped} (no checkpoint yet)", err=True)
-    return load_run(resolve_run(run, runs_dir), checkpoint.value)
-
-
 # --------------------------------------------------------------------------- attend
 
 
@@ -127,7 +116,12 @@ def attend(
         AttendFormat, typer.Option("--format", help="How to show the weights.")
     ] = AttendFormat.table,
     out: Annotated[
-        Path | None, typer.Option("--out", help="File for json/npz/png/html (default: a new attention.*).")
+        Path | None,
+        typer.Option(
+            "--out",
+            help="Write json, npz, png or html to this file. Default: json prints to the terminal; "
+            "npz, png and html go to a new attention.npz, .png or .html (attention-2.*, ... if taken).",
+        ),
     ] = None,
 ) -> None:
     """Show what every attention head of a trained model looks at for TEXT.
@@ -141,8 +135,8 @@ def attend(
 
     if out is not None:
         check_attention_out(out, output_format.value)
-    loaded = load_chosen_run(run, runs_dir, checkpoint)
-    report = attention_report(loaded.model, loaded.framing, text, target).select(layer, head)
+    with chosen_run(run, runs_dir, checkpoint, heading=output_format is AttendFormat.table) as loaded:
+        report = attention_report(loaded.model, loaded.framing, text, target).select(layer, head)
     if report.note is not None:
         typer.echo(f"note: {report.note}", err=True)
     if output_format is AttendFormat.table:
@@ -194,8 +188,9 @@ def heads(
 
     if out is not None:
         check_writable_file(out, "heads.json" if output_format is TableFormat.json else "heads.txt")
-    loaded = load_chosen_run(run, runs_dir, checkpoint)
-    report = score_heads(loaded, checkpoint.value, n, text, None if ablate is None else ablate.value)
+    heading = output_format is TableFormat.table and out is None  # on the terminal: the table's first line
+    with chosen_run(run, runs_dir, checkpoint, heading=heading) as loaded:
+        report = score_heads(loaded, checkpoint.value, n, text, None if ablate is None else ablate.value)
     if report.note is not None:
         typer.echo(f"note: {report.note}", err=True)
     content = heads_output(loaded, report, checkpoint.value, as_json=output_format is TableFormat.json)
@@ -247,8 +242,8 @@ def patch(
     from tinytf.commands import check_png_out, patch_output, patch_pairs, write_patch_png
 
     check_png_out(out, output_format is PatchFormat.png, "patch.png")
-    loaded = load_chosen_run(run, runs_dir, checkpoint)
-    report, tokens, note = patch_pairs(loaded, (clean, corrupt, answer, wrong), pairs, construction, by.value)
+    with chosen_run(run, runs_dir, checkpoint, heading=output_format is PatchFormat.table) as loaded:
+        report, tokens, note = patch_pairs(loaded, (clean, corrupt, answer, wrong), pairs, construction, by.value)
     if note is not None:
         typer.echo(f"note: {note}", err=True)
     if output_format is PatchFormat.png:
@@ -275,8 +270,8 @@ def attribute_command(
     """
     from tinytf.commands import attribution, attribution_output
 
-    loaded = load_chosen_run(run, runs_dir, checkpoint)
-    report, note = attribution(loaded, text, answer, wrong)
+    with chosen_run(run, runs_dir, checkpoint, heading=output_format is TableFormat.table) as loaded:
+        report, note = attribution(loaded, text, answer, wrong)
     if note is not None:
         typer.echo(f"note: {note}", err=True)
     typer.echo(
@@ -306,9 +301,8 @@ def predict(
     if (text is None) == (file is None):
         raise UserError("give either TEXT or --file FILE")
     lines = [text] if file is None else input_lines(file)
-    loaded = load_chosen_run(run, runs_dir, checkpoint)
-    as_json = output_format is PredictFormat.json
-    output, note = predict_output(loaded, lines, file, as_json, progress_bar)
+    with chosen_run(run, runs_dir, checkpoint, heading=False) as loaded:  # stdout: the answers alone
+        output, note = predict_output(loaded, lines, file, output_format is PredictFormat.json, progress_bar)
     if note is not None:
         typer.echo(f"note: {note}", err=True)
     typer.echo(output)  # in one write: a write per line can take longer than the answers
@@ -364,8 +358,9 @@ def evaluate_run(
     """
     from tinytf.commands import evaluation_text
 
-    loaded = load_chosen_run(run, runs_dir, checkpoint)
-    typer.echo(evaluation_text(loaded, checkpoint.value, n, progress_bar))
+    with chosen_run(run, runs_dir, checkpoint, heading=True) as loaded:
+        text = evaluation_text(loaded, checkpoint.value, n, progress_bar)
+    typer.echo(text)
 
 
 # --------------------------------------------------------------------------- tasks / board / config

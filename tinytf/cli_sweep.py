@@ -62,7 +62,7 @@ def run(
 
     Example: tinytf sweep sweeps/sort-encoder-lr.yaml --workers 2
     """
-    from tinytf.sweep.launch import run_sweep
+    from tinytf.sweep.launch import run_sweep, show_command
 
     outcome = run_sweep(
         sweep_file, workers=workers, trials=trials, storage=storage, name=name, runs_dir=runs_dir, say=typer.echo
@@ -76,7 +76,7 @@ def run(
     if outcome.ran and not outcome.finished:
         typer.echo("some settings are still running in another process, or were cut short: run it again to finish")
     if outcome.ran:
-        typer.echo(f"results: tinytf sweep show {outcome.folder}")
+        typer.echo(f"results: {show_command(outcome.folder, storage)}")
 
 
 @sweep_app.command("show")

@@ -21,11 +21,12 @@ from tinytf.attend import AttentionReport
 from tinytf.batch import Progress
 from tinytf.data import TaskData
 from tinytf.distributed import Launch
-from tinytf.errors import UserError
+from tinytf.errors import UserError, did_you_mean
 from tinytf.evaluate import evaluate, predict
 from tinytf.experiment import load_config, load_run_config
 from tinytf.files import atomic_writer, check_run_name
 from tinytf.heads import HeadReport, head_scores, render_text
+from tinytf.heatmaps import patch_figure
 from tinytf.loggers import ProgressBarLogger
 from tinytf.patching import Attribution, PatchReport, attribute, check_next_token, patch, prompts_of
 from tinytf.runs import CONFIG_FILE, LoadedRun, check_data, checkpoint_path, resolve_run
@@ -33,7 +34,7 @@ from tinytf.tasks import CONSTRUCTIONS
 from tinytf.tasks.base import MinimalPair, Pairs
 from tinytf.training import TrainResult
 from tinytf.viewer import attention_page
-from tinytf.viz import patch_figure, report_figure, save_png, terminal_report
+from tinytf.viz import report_figure, save_png, terminal_report
 
 QUICKSTART = "quickstart.yaml"  # packaged inside tinytf, so `tinytf train` works from any folder
 ATTENTION_FILES = ("json", "npz", "png", "html")  # the `attend` formats written to a file
@@ -72,14 +73,14 @@ def start_training(
     else:
         resolved = load_config(config, overrides)
         name = name or config.stem
-    loggers = [ProgressBarLogger(resolved.train.steps)]
+    loggers = [ProgressBarLogger(resolved.train.steps, resolved.train.stop_at_accuracy)]
     # training.train looked up at the call, so that a wrapper put there (a test's) is the one run
     return training.train(resolved, runs_dir=runs_dir, name=name or "run", resume=resume, loggers=loggers)
 
 
 def training_summary(result: TrainResult) -> str:
     """The run folder, its best validation scores and what to do next (commands to paste)."""
-    lines = [f"run: {result.run_dir}"]
+    lines = [f"run {result.run_dir}"]
     if best := result.best:
         lines.append(
             f"best validation (step {best['step']}): seq_acc {best['seq_acc']:.3f}, "
@@ -242,7 +243,7 @@ def predict_output(
     if as_json:
         output = [json.dumps({"input": source, "output": answer}, ensure_ascii=False) for source, answer in shown]
     else:
-        output = [" ".join(answer) for _, answer in shown]
+        output = [loaded.vocab.join(answer) for _, answer in shown]  # a character model's: no spaces
     return "\n".join(output), _length_note(loaded, answers, file)
 
 
@@ -335,8 +336,8 @@ def patch_pairs(
 ) -> tuple[PatchReport, list[str] | None, str | None]:
     """`patch`: one pair (`one` = clean, corrupt, answer, wrong) or `n` drawn pairs of
     `construction`, each head's or layer's activation patched from clean into corrupted;
-    with the clean prompt's tokens when the pairs share one length, and for one pair a
-    note when its length is one the model never trained on."""
+    for one pair its tokens (to label positions: drawn pairs' words differ from pair to
+    pair) and a note when its length is one the model never trained on."""
     if n is None:
         if any(value is None for value in one):
             raise UserError(
@@ -352,10 +353,12 @@ def patch_pairs(
         pairs = _drawn_pairs(loaded, n, construction)
     groups = prompts_of(loaded.framing, pairs, loaded.config.model.max_len)
     report = patch(loaded.model, groups, by)
-    # The prompt's tokens, to label positions, when the pairs share one prompt length
-    tokens = loaded.vocab.decode(groups[0].clean[0].tolist()) if len(groups) == 1 else None
-    note = None if one[0] is None else typed_length_note(loaded, one[0])
-    return report, tokens, note
+    if n is not None:
+        return report, None, None
+    # The pair's tokens, "clean/corrupted" where the prompts differ
+    clean, corrupt = (loaded.vocab.decode(ids[0].tolist()) for ids in (groups[0].clean, groups[0].corrupt))
+    tokens = [word if word == other else f"{word}/{other}" for word, other in zip(clean, corrupt, strict=True)]
+    return report, tokens, typed_length_note(loaded, one[0])
 
 
 def _drawn_pairs(loaded: LoadedRun, n: int, construction: str | None) -> list[MinimalPair]:
@@ -367,7 +370,9 @@ def _drawn_pairs(loaded: LoadedRun, n: int, construction: str | None) -> list[Mi
     if construction is None:
         raise UserError(f"--pairs {n} needs --construction ({', '.join(task.constructions)})")
     if construction not in task.constructions:
-        raise UserError(f"--construction {construction}: one of {', '.join(task.constructions)} for {task.name}")
+        kinds = ", ".join(task.constructions)
+        hint = did_you_mean(construction, task.constructions)
+        raise UserError(f"--construction {construction}: one of {kinds} for {task.name}{hint}")
     held_out = first_held_out(loaded, None) if task.train_size() is not None else None  # a fixed split's pairs
     return task.held_out_pairs(construction, n, seed=loaded.config.seed, held_out=held_out)
 

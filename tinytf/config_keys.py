@@ -107,9 +107,19 @@ class KeyTree:
         return " ".join(dict.fromkeys(override_sources[key] for key in inside if key[len(loc)] in named)) or None
 
     def unknown_key_message(self, section_loc: tuple[str, ...], key: str) -> str:
+        """`unknown key (did you mean 'd_model'?)`, or the allowed keys when none is near. At
+        the top, a section's own key is suggested by its dotted path: `lr` -> 'train.lr'."""
         allowed = self.allowed_keys(section_loc)
-        suggestion = difflib.get_close_matches(key, allowed, n=1, cutoff=0.6)
-        hint = f"did you mean '{suggestion[0]}'?" if suggestion else f"allowed: {', '.join(allowed)}"
+        named = {name: [name] for name in allowed}  # a name that may be meant -> its dotted path(s)
+        if not section_loc:
+            for section in allowed:
+                for leaf in self.allowed_keys((section,)):
+                    named.setdefault(leaf, []).append(f"{section}.{leaf}")
+        suggestion = difflib.get_close_matches(key, named, n=1, cutoff=0.6)
+        if suggestion:
+            hint = f"did you mean {' or '.join(repr(path) for path in named[suggestion[0]])}?"
+        else:
+            hint = f"allowed: {', '.join(allowed)}"
         return f"unknown key ({hint})"
 
     def section_model(self, loc: tuple[str, ...]) -> type[BaseModel] | None:

@@ -40,8 +40,8 @@ token i the key (j and i count from 0; n: the source's length; bos: 1 with task.
 
     framing = get_framing(task, config.model.arch)
     batch = framing.frame(pairs)                  # training and evaluation
-    answers = framing.answers(model, pairs)       # what the model says, as ids
-    batch, answer = framing.typed_batch(model, "3 1 2")   # attend: typed text -> one batch
+    answers = framing.answers(model, pairs)       # what the model says, as ids (not a language model's)
+    batch, answer = framing.typed_batch(model, "3 1 2")   # typed text -> the batch `attend` feeds the model
     framing.length_note(framing.typed_input("3 1 2", max_len))  # None, or: outside the trained lengths
     framing.alignments(source, target, T_q, T_k)  # the task's alignment patterns, as attention positions
 
@@ -67,7 +67,7 @@ from tinytf.batch import (
     single_pair,
 )
 from tinytf.device import model_device
-from tinytf.errors import UserError
+from tinytf.errors import NotApplicableError, UserError
 from tinytf.generation import cut_at_eos, eval_mode, generate_each, greedy_generate
 from tinytf.lazy import torch
 from tinytf.tasks.base import Pairs, Task, left_compact, positions_below
@@ -91,7 +91,7 @@ class Framing:
     task_keys: ClassVar[tuple[str, ...]] = ()
     # Keys of the model section that only this architecture uses (per-stack depths).
     model_keys: ClassVar[tuple[str, ...]] = ()
-    # False where the model has no answer to a question (language models continue text).
+    # False where the model answers no question (a language model continues text; `answers` refuses).
     answers_questions: ClassVar[bool] = True
     # The attention that reads the answer and the source: (stack, "self" or "cross").
     alignment_attention: ClassVar[tuple[str, str]] = ("decoder", "self")
@@ -119,11 +119,11 @@ class Framing:
 
     def model_lengths(self) -> tuple[int, int]:
         """The longest (tokens, source) lengths the task's examples give the model."""
-        raise NotImplementedError
+        raise NotImplementedError(f"{type(self).__name__} does not define model_lengths; every framing must")
 
     def frame(self, pairs: Pairs) -> Batch:
         """Examples -> one padded model batch (see the module docstring)."""
-        raise NotImplementedError
+        raise NotImplementedError(f"{type(self).__name__} does not define frame; every framing must")
 
     def added_tokens(self) -> int:
         """Tokens framing adds to a typed input before the model reads it."""
@@ -132,7 +132,7 @@ class Framing:
     def alignment_origin(self, source: list[int]) -> tuple[int, int]:
         """(query, key): the position that predicts answer token 0 and the one that holds
         source token 0; answer token j and source token i lie j and i positions further."""
-        raise NotImplementedError
+        raise NotImplementedError(f"{type(self).__name__} does not define alignment_origin; every framing must")
 
     def alignments(self, source: list[int], target: list[int], query_len: int, key_len: int) -> dict[str, Alignment]:
         """The task's alignment patterns for one example, as framed by `frame(single_pair(source, target))`
@@ -152,8 +152,8 @@ class Framing:
         return placed
 
     def answers(self, model: nn.Module, pairs: Pairs) -> list[list[int]]:
-        """The model's answer (ids, without <eos>) to the source of every example."""
-        raise NotImplementedError
+        """The model's answers (ids, without <eos>) to the examples' sources (see answers_questions)."""
+        raise NotImplementedError(f"{type(self).__name__} does not define answers; every framing that answers must")
 
     # ---- typed text (attend, predict)
 
@@ -318,14 +318,8 @@ class DecoderFraming(Framing):
         # source <sep> target <eos>, squeezed together, as one sequence
         sep = torch.full((len(pairs), 1), self.vocab.sep_id)
         joined = torch.cat([pairs.source, sep, with_eos], dim=1)
-        keep = torch.cat(
-            [
-                positions_below(pairs.source_len, pairs.source.size(1)),
-                sep > 0,
-                positions_below(target_len, with_eos.size(1)),
-            ],
-            dim=1,
-        )
+        in_source = positions_below(pairs.source_len, pairs.source.size(1))
+        keep = torch.cat([in_source, sep > 0, positions_below(target_len, with_eos.size(1))], dim=1)
         sequence, length = left_compact(joined, keep)
         width = int(length.max())
         # Position j reads token j and predicts token j + 1; the final <eos> is never read.
@@ -422,6 +416,13 @@ class LanguageModelFraming(Framing):
 
     def length_note(self, source: list[int]) -> str | None:
         return super().length_note(source[1:] if self.task.starts_with_bos else source)  # words, not <bos>
+
+    def answers(self, model: nn.Module, pairs: Pairs) -> list[list[int]]:
+        raise NotApplicableError(
+            "a language model answers no question, it continues text: continue prompts with "
+            "tinytf.evaluate.predict(model, framing, texts), as `tinytf predict` does, or, as ids, with "
+            "framing.answer_typed(model, [framing.typed_input(text, model.config.max_len)])"
+        )
 
     def typed_batch(self, model: nn.Module, text: str, target: str | None = None) -> tuple[Batch, list[int] | None]:
         if target is not None:

@@ -7,6 +7,8 @@ over the query rows where P has at least one key, then over the inputs:
     score(A, P) = mean over inputs of  mean over rows i with some P[i, j] = 1 of  sum_j A[i, j] P[i, j]
 
 It lies in [0, 1]; 1 means every such query puts all its weight on the pattern's keys.
+A row whose pattern holds every key its query can see is left out too, as any head scores
+1 there: in a causal map query 0 sees only key 0, itself and the first token at once.
 This is TransformerLens's `detect_head` "mul" measure restricted to the rows where the
 pattern says something: over all rows a perfect induction head would score about one
 half, as the first half of a repeated sequence has no earlier occurrence to look at.
@@ -49,7 +51,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from tinytf.attend import attention_sides
+from tinytf.attend import attention_sides, is_causal
 from tinytf.batch import Batch
 from tinytf.device import model_device
 from tinytf.errors import UserError
@@ -133,27 +135,39 @@ class HeadReport:
 # ---- the patterns
 
 
-def token_patterns(query_ids: torch.Tensor, key_ids: torch.Tensor, same_sequence: bool) -> dict[str, torch.Tensor]:
+def token_patterns(
+    query_ids: torch.Tensor, key_ids: torch.Tensor, same_sequence: bool, causal: bool = False
+) -> dict[str, torch.Tensor]:
     """The generic patterns for one input: query_ids (T_q,), key_ids (T_k,), no padding.
-    Returns {name: (T_q, T_k) bool}. Across two sequences only CROSS_PATTERNS apply."""
+    Returns {name: (T_q, T_k) bool}, each `informative` (`causal`: query i sees keys 0..i
+    only). Across two sequences only CROSS_PATTERNS apply."""
     query_len, key_len = query_ids.numel(), key_ids.numel()
     first = torch.zeros(query_len, key_len, dtype=torch.bool)
     first[:, 0] = True
     if not same_sequence:
-        return {"first": first}
+        return {"first": informative(first, causal)}
     i = torch.arange(query_len).unsqueeze(1)  # (T_q, 1)
     j = torch.arange(key_len).unsqueeze(0)  # (1, T_k)
     same_token = query_ids.unsqueeze(1) == key_ids.unsqueeze(0)  # (T_q, T_k)
     # token j-1 equals token i: the previous token of each key, compared with each query
     previous_of_key = torch.cat([torch.full((1,), PAD_ID), key_ids[:-1]])  # (T_k,), nothing before key 0
     after_same_token = (query_ids.unsqueeze(1) == previous_of_key.unsqueeze(0)) & (j >= 1)  # (T_q, T_k)
-    return {
+    patterns = {
         "self": i == j,
         "previous": j == i - 1,
         "first": first,
         "duplicate": same_token & (j < i),
         "induction": after_same_token & (j - 1 < i),
     }
+    return {name: informative(pattern, causal) for name, pattern in patterns.items()}
+
+
+def informative(pattern: torch.Tensor, causal: bool) -> torch.Tensor:
+    """`pattern` (T_q, T_k) without the rows that hold every key their query sees (every
+    key, or with `causal` keys 0..i): any head would score 1 there."""
+    seen = torch.ones_like(pattern).tril() if causal else torch.ones_like(pattern)  # (T_q, T_k)
+    full = (pattern | ~seen).all(dim=1, keepdim=True)  # (T_q, 1)
+    return pattern & ~full
 
 
 def pattern_mass(weights: torch.Tensor, pattern: torch.Tensor) -> torch.Tensor | None:
@@ -272,7 +286,8 @@ def _patterns(
 ) -> dict[str, torch.Tensor]:
     """The patterns that apply to one attention map of one example, {name: (T_q, T_k) bool}:
     the generic ones, and the task's alignments that the framing places in this attention."""
-    patterns = token_patterns(query_ids, key_ids, same_sequence=query_ids is key_ids)
+    causal = is_causal(attention_name)
+    patterns = token_patterns(query_ids, key_ids, same_sequence=query_ids is key_ids, causal=causal)
     stack, _, kind = attention_name.split(".")
     if (stack, kind) != framing.alignment_attention:  # the task's alignments lie in another attention
         return patterns
@@ -281,7 +296,7 @@ def _patterns(
             mask = torch.zeros(len(query_ids), len(key_ids), dtype=torch.bool)
             queries, keys = zip(*alignment.pairs, strict=True)
             mask[list(queries), list(keys)] = True
-            patterns[name] = mask
+            patterns[name] = informative(mask, causal)
     return patterns
 
 

@@ -1,6 +1,6 @@
 """Where training reports go. The training loop never prints: it calls these.
 
-`Logger` is the interface, a `typing.Protocol`: any object with these seven methods is a
+`Logger` is the interface, a `typing.Protocol`: any object with these eight methods is a
 logger. `NullLogger` does nothing for each, so a logger that cares about a few reports
 subclasses it and overrides only those. Implementations: `MetricsFileLogger`
 (metrics.jsonl), `TensorBoardLogger` (scalars, attention images, head scores, text
@@ -69,6 +69,11 @@ def predictions_markdown(model: nn.Module, framing: Framing, data: TaskData) -> 
 
 
 class Logger(Protocol):
+    def resumed(self, step: int, redone_to: int | None) -> None:
+        """Before `start`, for a resumed run: it continues from its checkpoint of `step`;
+        metrics it had logged past that step, up to `redone_to`, were dropped and will be
+        logged again (None: it had logged none)."""
+
     def start(self, run_dir: Path | None, start_step: int) -> None:
         """Training begins (or resumes) at `start_step`, in `run_dir` if it has one."""
 
@@ -106,6 +111,9 @@ class RecordingLogger(NullLogger):
 
     def __init__(self) -> None:
         self.records: list[tuple[str, tuple[Any, ...]]] = []
+
+    def resumed(self, step: int, redone_to: int | None) -> None:
+        self.records.append(("resumed", (step, redone_to)))
 
     def start(self, run_dir: Path | None, start_step: int) -> None:
         self.records.append(("start", (run_dir, start_step)))
@@ -282,6 +290,10 @@ class ProgressBarLogger(NullLogger):
         self.bar = None
         self.postfix: dict[str, str] = {}
 
+    def resumed(self, step: int, redone_to: int | None) -> None:
+        """Says, on stdout before the bar starts, where the run continues from."""
+        print(resume_line(step, redone_to), flush=True)
+
     def start(self, run_dir: Path | None, start_step: int) -> None:
         from tqdm import tqdm
 
@@ -308,6 +320,16 @@ class ProgressBarLogger(NullLogger):
 
     def finish(self, step: int, final: dict[str, float]) -> None:
         self.bar.close()
+
+
+def resume_line(step: int, redone_to: int | None) -> str:
+    """`resumed from step 1000 (last.pt); steps 1001–1417 will be redone`: where a resumed
+    run continues, and the steps it had logged past its checkpoint that it trains again."""
+    line = f"resumed from step {step} (last.pt)"
+    if redone_to is None:
+        return line
+    steps = f"step {redone_to}" if redone_to == step + 1 else f"steps {step + 1}–{redone_to}"
+    return f"{line}; {steps} will be redone"
 
 
 def _numbers(record: dict[str, Any]) -> bool:

@@ -13,7 +13,8 @@ deciding word, the clean answer comes back. How much of it comes back:
 
 1 when patching the component alone restores the clean answer fully, 0 when it changes
 nothing. Over many pairs the LDs are averaged first, then the ratio taken (a pair whose
-clean and corrupted LDs nearly agree would make its own ratio explode).
+clean and corrupted LDs nearly agree would make its own ratio explode). Each pair's own
+LDs and ratios come with the report too (`PatchReport.per_pair`), to check one by hand.
 
 A question task trained as a decoder is read the same way: "5 7" vs "5 8" in modular
 addition, its prompt `[<bos>] source <sep>`, and LD scores the answer's first token ("12"
@@ -50,6 +51,7 @@ class Prompts:
     corrupt: torch.Tensor  # (N, T)
     answer: torch.Tensor  # (N,): the clean prompt's next token
     wrong: torch.Tensor  # (N,): the corrupted prompt's
+    pairs: tuple[MinimalPair, ...]  # (N,): the pairs as text, row by row
 
 
 @dataclass(frozen=True)
@@ -61,13 +63,30 @@ class Patched:
     restored: float
 
 
+@dataclass(frozen=True)
+class PairPatched:
+    """One pair's own values: its prompts, its LDs, and for each component (in the order of
+    `PatchReport.results`) the LD with it patched and the share restored, None where the
+    pair's clean and corrupted LDs agree (nothing to restore)."""
+
+    clean: str
+    corrupt: str
+    answer: str
+    wrong: str
+    ld_clean: float
+    ld_corrupt: float
+    ld_patched: list[float]
+    restored: list[float | None]
+
+
 @dataclass
 class PatchReport:
     pairs: int
     ld_clean: float  # averaged over the pairs
     ld_corrupt: float
     clean_correct: float  # the share of pairs whose clean LD is above 0
-    results: list[Patched] = field(default_factory=list)
+    results: list[Patched] = field(default_factory=list)  # restored from the averaged LDs
+    per_pair: list[PairPatched] = field(default_factory=list)  # one per pair, grouped by prompt length
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -79,7 +98,7 @@ def prompts_of(framing: Framing, pairs: Sequence[MinimalPair], max_len: int) -> 
     not a decoder's, or a pair whose prompts differ in length, hold words the vocabulary
     lacks or outrun `max_len`, or whose answer or wrong answer is not one token."""
     check_next_token(framing)
-    groups: dict[int, list[tuple[list[int], list[int], int, int]]] = {}
+    groups: dict[int, list[tuple[list[int], list[int], int, int, MinimalPair]]] = {}
     for pair in pairs:
         clean, corrupt = (prompt_ids(framing, text, max_len) for text in (pair.clean, pair.corrupt))
         if len(clean) != len(corrupt):
@@ -91,8 +110,11 @@ def prompts_of(framing: Framing, pairs: Sequence[MinimalPair], max_len: int) -> 
         answers = [framing.task.vocab.encode(word) for word in (pair.answer, pair.wrong)]
         if any(len(ids) != 1 for ids in answers):
             raise UserError(f"{pair.answer!r} and {pair.wrong!r} must each be one token")
-        groups.setdefault(len(clean), []).append((clean, corrupt, answers[0][0], answers[1][0]))
-    return [Prompts(*(torch.tensor([row[i] for row in rows]) for i in range(4))) for _, rows in sorted(groups.items())]
+        groups.setdefault(len(clean), []).append((clean, corrupt, answers[0][0], answers[1][0], pair))
+    return [
+        Prompts(*(torch.tensor([row[i] for row in rows]) for i in range(4)), tuple(row[4] for row in rows))
+        for _, rows in sorted(groups.items())
+    ]
 
 
 def prompt_ids(framing: Framing, text: str, max_len: int) -> list[int]:
@@ -143,7 +165,18 @@ def patch(model: Transformer, groups: Sequence[Prompts], by: str = "head") -> Pa
         ld_patched = sum(float(run.patched[key].sum()) for run in runs) / pairs
         restored = (ld_patched - ld_corrupt) / (ld_clean - ld_corrupt)
         report.results.append(Patched(*key, restored))
+    report.per_pair = [pair for prompts, run in zip(groups, runs, strict=True) for pair in _per_pair(prompts, run)]
     return report
+
+
+def _per_pair(prompts: Prompts, run: _GroupRun) -> Iterator[PairPatched]:
+    """Each pair of a group with its own LDs and shares restored (see `PairPatched`)."""
+    for row, pair in enumerate(prompts.pairs):
+        clean, corrupt = float(run.clean[row]), float(run.corrupt[row])
+        patched = [float(lds[row]) for lds in run.patched.values()]
+        differ = abs(clean - corrupt) >= 1e-6
+        restored = [(ld - corrupt) / (clean - corrupt) if differ else None for ld in patched]
+        yield PairPatched(pair.clean, pair.corrupt, pair.answer, pair.wrong, clean, corrupt, patched, restored)
 
 
 @dataclass

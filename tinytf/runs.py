@@ -77,13 +77,15 @@ def prepare_run_dir(
     runs_dir: str | Path,
     name: str,
     lock: contextlib.ExitStack,
-) -> Path:
+) -> tuple[Path, int | None]:
     """The run folder, locked (on `lock`) and claimed, with its config and vocabulary: a new
     one, made only now that the config and the task's data have proven usable, or the
-    resumed one, tidied up to its last checkpoint at `step`."""
+    resumed one, tidied up to its last checkpoint at `step`; and for a resumed run the last
+    step whose metrics it dropped, to be logged again (None: none dropped)."""
+    redone = None
     if resume is not None:
         run_dir = resume
-        tidy_for_resume(run_dir, step)
+        redone = tidy_for_resume(run_dir, step)
     else:
         run_dir = create_run_dir(runs_dir, name)
         lock.enter_context(exclusive_training(run_dir))
@@ -92,7 +94,7 @@ def prepare_run_dir(
     claim(run_dir)
     lock.callback((run_dir / PID_FILE).unlink, missing_ok=True)
     save_config(config, run_dir / CONFIG_FILE)  # after a resume: the config it continues with
-    return run_dir
+    return run_dir, redone
 
 
 def create_run_dir(runs_dir: str | Path, name: str) -> Path:
@@ -133,29 +135,49 @@ def exclusive_training(run_dir: Path) -> Iterator[None]:
         lock.release()
 
 
+def training_process(run_dir: Path) -> str | None:
+    """The PID (as recorded, or "unknown") of the process training `run_dir` now, or None
+    when none is. Only a run with a train.pid is probed (training writes it and removes it
+    at the end; a killed trainer leaves it): its lock is tried once and released at once."""
+    pid_file = Path(run_dir) / PID_FILE
+    if not (pid_file.is_file() and (Path(run_dir) / LOCK_FILE).is_file()):
+        return None
+    try:
+        with exclusive_training(run_dir):
+            return None  # free: a trainer killed before it could remove its train.pid
+    except OSError:  # a lock file this user may not open: no trainer of theirs holds it
+        return None
+    except UserError:
+        pid = pid_file.read_text().strip() if pid_file.is_file() else ""
+        return pid or "unknown"
+
+
 def claim(run_dir: Path) -> None:
     """Record this process as the run's trainer (call while holding `exclusive_training`)."""
     write_text_atomically(Path(run_dir) / PID_FILE, f"{os.getpid()}\n")
 
 
-def tidy_for_resume(run_dir: Path, step: int) -> None:
+def tidy_for_resume(run_dir: Path, step: int) -> int | None:
     """Before a resumed run continues from `step`: drop metrics.jsonl rows logged after
     that step (they will be logged again), remove the temporary files of writes that a kill
     interrupted, and drop lines that are not metrics (a torn last line, bytes that are not
-    UTF-8 or not JSON), saying so in a note (logged: the CLI prints it)."""
+    UTF-8 or not JSON), saying so in a note (logged: the CLI prints it). Returns the last
+    step logged past `step` (None if there was none): steps up to it will be redone."""
     run_dir = Path(run_dir)
     for temporary in [*run_dir.glob(".*.tmp"), *(run_dir / CHECKPOINTS).glob(".*.tmp")]:
         temporary.unlink(missing_ok=True)
     metrics = run_dir / METRICS_FILE
     if not metrics.is_file():
-        return
-    kept, damaged = [], []
+        return None
+    kept, damaged, dropped = [], [], []
     for number, line in enumerate(metrics.read_bytes().splitlines(keepends=True), start=1):
         logged = _step_of(line)
         if logged is None:
             damaged.append(number)
         elif logged <= step:
             kept.append(line)
+        else:
+            dropped.append(logged)
     write_bytes_atomically(metrics, b"".join(kept))
     if damaged:
         shown = ", ".join(map(str, damaged[:5])) + (", ..." if len(damaged) > 5 else "")
@@ -163,6 +185,7 @@ def tidy_for_resume(run_dir: Path, step: int) -> None:
             f"{metrics}: dropped {len(damaged)} line(s) that are not metrics (line {shown}: torn, not UTF-8 or not "
             "a JSON object with a step); the other rows are kept"
         )
+    return max(dropped, default=None)
 
 
 def _step_of(line: bytes) -> int | None:
@@ -274,8 +297,9 @@ def load_task(run_dir: Path, config: Config) -> Task:
     return task
 
 
-def load_run(run_dir: str | Path, which: str = "best", device: str | torch.device = "cpu") -> LoadedRun:
-    """A trained model from its run folder, with its task, framing and saved vocabulary."""
+def load_run(run_dir: str | Path | None = None, which: str = "best", device: str | torch.device = "cpu") -> LoadedRun:
+    """A trained model from its run folder (None: the newest under ./runs, as the commands
+    pick without --run), with its task, framing and saved vocabulary."""
     run_dir = resolve_run(run_dir)
     config = load_run_config(run_dir / CONFIG_FILE, data=False)  # the saved vocabulary is all it needs
     task = load_task(run_dir, config)

@@ -124,11 +124,14 @@ def train(
         if state is not None:
             trainer.load_state_dict(state)
         task, step = trainer.framing.task, trainer.step
-        trainer.run_dir = job.on_main(lambda: prepare_run_dir(config, task, step, resume, runs_dir, name, lock))
+        trainer.run_dir, redone = job.on_main(lambda: prepare_run_dir(config, task, step, resume, runs_dir, name, lock))
         if job.is_main:  # the run folder's own reports
             run_dir = trainer.run_dir
             metrics = run_dir / METRICS_FILE
             trainer.loggers[:0] = [MetricsFileLogger(metrics), TensorBoardLogger(run_dir, config, metrics)]
+            if resume is not None:
+                for logger in trainer.loggers:
+                    logger.resumed(step, redone)
         try:
             return trainer.run()
         except OSError as err:  # a full disk, most likely: every file written so far is whole

@@ -6,7 +6,8 @@ is how much of query i's attention goes to key j (each row sums to 1). Patterns 
 looking for (a textbook chapter on attention tabulates them): a diagonal (each token attends to
 itself), the diagonal just below it (the previous token), a bright first column (the
 first token / <bos> as a resting place), and off-diagonal links such as a verb looking
-back at its subject.
+back at its subject. A colour bar beside the maps gives the scale, and a small map
+(heatmaps.SMALL_GRID) prints each weight in its cell.
 """
 
 from __future__ import annotations
@@ -18,18 +19,21 @@ from typing import TYPE_CHECKING, BinaryIO, TextIO
 
 import numpy as np
 
+from tinytf.heatmaps import colour_bar, print_cells, set_cells
+
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
+    from matplotlib.image import AxesImage
 
     from tinytf.attend import AttentionMap, AttentionReport
     from tinytf.heads import HeadReport, HeadScore
-    from tinytf.patching import PatchReport
 
 SHADES = " ░▒▓█"  # weight 0 .. 1, in five steps
 ASCII_SHADES = " .:#@"  # the same steps, for an output that cannot show SHADES (e.g. cp1252)
 # A head's map is drawn at most this many inches square: past a few hundred tokens the labels
 # cannot be read anyway, and an image growing with the length squared would outgrow memory.
 MAX_MAP_INCHES = 16
+ATTENTION_SCALE = "attention weight\n(each row sums to 1)"  # the colour bar's label
 
 
 def terminal_shades(stream: TextIO | None = None) -> str:
@@ -44,10 +48,13 @@ def terminal_shades(stream: TextIO | None = None) -> str:
 
 def _draw_heatmap(
     ax, weights: np.ndarray, query_tokens: list[str], key_tokens: list[str], title: str, first_in_row: bool
-) -> None:
-    """One head's map. The query tokens and their ticks are drawn once per row of maps:
-    they are the same for every head, and each tick is a few ms of matplotlib's drawing time."""
-    ax.imshow(weights, cmap="Blues", vmin=0.0, vmax=1.0, aspect="auto")
+) -> AxesImage:
+    """One head's map, with each weight printed in its cell if the map is small (SMALL_GRID).
+    The query tokens and their ticks are drawn once per row of maps: they are the same for
+    every head, and each tick is a few ms of matplotlib's drawing time."""
+    image = ax.imshow(weights, cmap="Blues", vmin=0.0, vmax=1.0, aspect="auto")
+    cell_points = 72 * ax.get_position().width * ax.figure.get_figwidth() / max(len(key_tokens), 1)
+    print_cells(ax, weights, dark=0.6, fontsize=min(7.0, cell_points / 2.6))
     ax.set_xticks(range(len(key_tokens)), key_tokens, rotation=90, fontsize=7)
     ax.set_title(title, fontsize=8)
     ax.set_xlabel("key", fontsize=7)
@@ -56,6 +63,7 @@ def _draw_heatmap(
         ax.set_ylabel("query", fontsize=7)
     else:
         ax.set_yticks([])
+    return image
 
 
 def layer_figure(attention: AttentionMap) -> Figure:
@@ -64,12 +72,13 @@ def layer_figure(attention: AttentionMap) -> Figure:
 
     n_heads = attention.n_heads
     size = min(0.9 + 0.15 * max(len(attention.key_tokens), len(attention.query_tokens)), MAX_MAP_INCHES)
-    figure = Figure(figsize=(size * n_heads + 0.6, size + 0.6), layout="constrained")
+    figure = Figure(figsize=(size * n_heads + 1.2, size + 0.6), layout="constrained")
     axes = figure.subplots(1, n_heads, squeeze=False)[0]
     for head, (ax, title) in enumerate(zip(axes, _head_titles(attention), strict=True)):
-        _draw_heatmap(
+        image = _draw_heatmap(
             ax, attention.weights[head], attention.query_tokens, attention.key_tokens, title, first_in_row=head == 0
         )
+    colour_bar(figure, image, list(axes), ATTENTION_SCALE)
     return figure
 
 
@@ -80,17 +89,18 @@ def report_figure(report: AttentionReport) -> Figure:
     rows, cols = len(report.maps), max(m.n_heads for m in report.maps)
     longest = max(max(len(m.key_tokens), len(m.query_tokens)) for m in report.maps)
     size = min(0.9 + 0.22 * longest, MAX_MAP_INCHES)
-    figure = Figure(figsize=(size * cols + 0.6, size * rows + 0.6), layout="constrained")
+    figure = Figure(figsize=(size * cols + 1.2, size * rows + 0.6), layout="constrained")
     axes = figure.subplots(rows, cols, squeeze=False)
     for row, attention in enumerate(report.maps):
         for head in range(cols):
             ax = axes[row][head]
             if head < attention.n_heads:
                 title = f"{attention.name} head {attention.first_head + head}"
-                weights = attention.weights[head]
-                _draw_heatmap(ax, weights, attention.query_tokens, attention.key_tokens, title, first_in_row=head == 0)
+                weights, tokens = attention.weights[head], (attention.query_tokens, attention.key_tokens)
+                image = _draw_heatmap(ax, weights, *tokens, title, first_in_row=head == 0)
             else:
                 ax.axis("off")
+    colour_bar(figure, image, list(axes.ravel()), ATTENTION_SCALE)
     return figure
 
 
@@ -101,11 +111,12 @@ def head_column_name(head: HeadScore) -> str:
 
 def head_scores_figure(report: HeadReport) -> Figure:
     """A `HeadReport`'s score grid (see heads.py): a row per pattern, a column per head,
-    each cell's score (0..1) printed in it; grey and blank where the pattern does not apply
-    (across two sequences only `first` and the task's alignments do). Each head's label --
+    each cell's score printed in it, its colour on the colour bar's scale (0..1); grey and
+    blank where the pattern does not apply (across two sequences only `first` and the
+    task's alignments do). Each head's label --
     its best pattern, once that scores LABEL_THRESHOLD -- is its framed cell, in bold;
     "mixed" heads have no frame. Lines separate the attentions (stack, layer, kind).
-    Columns narrow from 24 heads on: 8 layers x 8 heads make a figure 22 in wide."""
+    Columns narrow from 24 heads on: 8 layers x 8 heads make a figure 23 in wide."""
     return _ScoreGrid(report).figure
 
 
@@ -120,10 +131,11 @@ class _ScoreGrid:
         patterns, heads = report.patterns, report.heads
         many = len(heads) > 24
         cell, self.fontsize = (0.32, 6) if many else (0.42, 7)  # column width in inches, text size in points
-        self.figure = Figure(figsize=(1.4 + cell * len(heads), 1.5 + 0.26 * len(patterns)), layout="constrained")
+        self.figure = Figure(figsize=(2.2 + cell * len(heads), 1.5 + 0.26 * len(patterns)), layout="constrained")
         ax = self.figure.subplots()
         colormap = _blues_with_grey()
         self.image = ax.imshow(_score_grid(report), cmap=colormap, vmin=0.0, vmax=1.0, aspect="auto")
+        colour_bar(self.figure, self.image, [ax], "score: share of attention\non the pattern's keys")
         applies = ~_score_grid(report).mask  # (P, N): where a score can be printed
         self.texts = {
             (row, col): ax.text(col, row, "", ha="center", va="center", fontsize=self.fontsize)
@@ -211,33 +223,6 @@ def _grid_layout(report: HeadReport) -> tuple:
     return tuple(report.patterns), names, report.inputs, _score_grid(report).mask.tobytes()
 
 
-def patch_figure(report: PatchReport, tokens: list[str] | None) -> Figure:
-    """Heatmaps of a `PatchReport`'s `restored` (-1 red .. 0 white .. 1 blue): layer x head
-    for --by head; (layer, head) or layer x position, with the prompt's `tokens` (if the
-    pairs share one prompt length) on the axis, one map per component, otherwise."""
-    from matplotlib.figure import Figure
-
-    components = list(dict.fromkeys(result.component for result in report.results))
-    figure = Figure(figsize=(9, 2 + 2 * len(components)), layout="constrained")
-    for ax, component in zip(figure.subplots(len(components), 1, squeeze=False)[:, 0], components, strict=True):
-        results = [result for result in report.results if result.component == component]
-        by_position = results[0].position is not None
-        # Each result's (row, column): ((layer, head or None), position) or ((layer, None), head).
-        cells = [((r.layer, r.head), r.position) if by_position else ((r.layer, None), r.head) for r in results]
-        rows, columns = (list(dict.fromkeys(cell[i] for cell in cells)) for i in (0, 1))
-        grid = np.zeros((len(rows), len(columns)))
-        for (row, column), result in zip(cells, results, strict=True):
-            grid[rows.index(row), columns.index(column)] = result.restored
-        ax.imshow(grid, cmap="RdBu", vmin=-1, vmax=1, aspect="auto")
-        labels = [tokens[column] if tokens and by_position else str(column) for column in columns]
-        ax.set_xticks(range(len(columns)), labels, rotation=90 if by_position else 0, fontsize=7)
-        ax.set_yticks(range(len(rows)), [str(layer) if head is None else f"{layer}.{head}" for layer, head in rows])
-        ax.set_xlabel("position" if by_position else "head", fontsize=8)
-        ax.set_ylabel("layer.head" if rows[0][1] is not None else "layer", fontsize=8)
-        ax.set_title(f"{component}: restored over {report.pairs} pair(s)", fontsize=9)
-    return figure
-
-
 def spectrum_figure(spectra: Mapping[int, Sequence[float]]) -> Figure:
     """An embedding's Fourier spectrum over training (fourier.py): frequency up, logged step
     across. Each column is divided by its largest norm, so its bright cells are the
@@ -249,7 +234,8 @@ def spectrum_figure(spectra: Mapping[int, Sequence[float]]) -> Figure:
     grid = grid / np.maximum(grid.max(axis=0, keepdims=True), 1e-12)
     figure = Figure(figsize=(8, 3.5), layout="constrained")
     ax = figure.subplots()
-    ax.imshow(grid, cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto", origin="lower", interpolation="nearest")
+    image = ax.imshow(grid, cmap="viridis", vmin=0.0, vmax=1.0, aspect="auto", origin="lower", interpolation="nearest")
+    colour_bar(figure, image, [ax], "norm / the step's largest")
     ticks = np.unique(np.linspace(0, len(steps) - 1, min(len(steps), 8)).round().astype(int))
     ax.set_xticks(ticks, [str(steps[i]) for i in ticks], fontsize=7)
     ax.set_xlabel("step", fontsize=8)
@@ -305,13 +291,17 @@ class _LayerFrame:
     """A layer figure kept as pixels without its heatmaps and titles (see LayerImages)."""
 
     def __init__(self, figure: Figure) -> None:
-        self.heatmaps = [ax.images[0] for ax in figure.axes]  # one per head
-        self.titles = [ax.title for ax in figure.axes]
-        self.blit = _Blit(figure, [*self.heatmaps, *self.titles])
+        maps = [ax for ax in figure.axes if ax.images]  # one per head; not the colour bar
+        self.heatmaps = [ax.images[0] for ax in maps]
+        self.titles = [ax.title for ax in maps]
+        self.cells = [list(ax.texts) for ax in maps]  # each weight printed, on a small map (`print_cells`)
+        self.blit = _Blit(figure, [*self.heatmaps, *self.titles, *(text for texts in self.cells for text in texts)])
 
     def render(self, attention: AttentionMap) -> np.ndarray:
-        for heatmap, head_weights in zip(self.heatmaps, attention.weights, strict=True):
+        for heatmap, texts, head_weights in zip(self.heatmaps, self.cells, attention.weights, strict=True):
             heatmap.set_data(head_weights)
+            if texts:
+                set_cells(texts, head_weights, dark=0.6)
         for title, text in zip(self.titles, _head_titles(attention), strict=True):
             title.set_text(text)
         return self.blit.render()

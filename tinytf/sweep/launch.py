@@ -10,6 +10,7 @@ SIGINT to each, so that each saves its run once.
 from __future__ import annotations
 
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -67,7 +68,7 @@ def run_sweep(
         say(f"trying again the trials cut short: {', '.join(map(str, retried))}")
     done = [s for s in settings_of(study) if s.state(len(sweep.seeds)) in FINAL]
     if len(done) >= sweep.budget:
-        say(f"sweep {name}: finished, {len(done)} settings; see them with: tinytf sweep show {folder}")
+        say(f"sweep {name}: finished, {len(done)} settings; see them with: {show_command(folder, storage)}")
         return Outcome(folder, finished=True, ran=False, interrupted=False)
     threads = max(1, available_cores() // workers)
     say(
@@ -81,6 +82,12 @@ def run_sweep(
     failed = sum(code not in (0, *interrupted) for code in codes)
     stopped = bool(interrupted & set(codes))
     return Outcome(folder, finished, ran=True, interrupted=stopped, failed_workers=failed)
+
+
+def show_command(folder: Path, storage: str | None) -> str:
+    """The `tinytf sweep show` command for the sweep in `folder` (stored at `storage`, if
+    given), shell-quoted to paste as it is."""
+    return shlex.join(["tinytf", "sweep", "show", str(folder), *(["--storage", storage] if storage else [])])
 
 
 def _run_workers(job: Job, workers: int) -> list[int]:

@@ -3,6 +3,7 @@ or a figure of the objective against each parameter."""
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
@@ -14,7 +15,8 @@ from typing import TYPE_CHECKING
 
 import optuna
 
-from tinytf.errors import UserError
+from tinytf.config import read_yaml
+from tinytf.errors import ConfigError, UserError, did_you_mean
 from tinytf.sweep.spec import Sweep
 
 if TYPE_CHECKING:
@@ -55,16 +57,16 @@ class Results:
     folder: Path | None
     sweep: Sweep
     rows: list[Row]
+    target: float | None = None  # the runs' train.stop_at_accuracy, for a *_to_target objective
 
 
 def load_results(sweep: str, *, storage: str | None = None, runs_dir: Path = Path("sweeps")) -> Results:
     """The sweep named `sweep` (a folder, or a name under `runs_dir`), read from its storage."""
-    folder = Path(sweep) if (Path(sweep) / STUDY_FILE).is_file() else runs_dir / sweep
+    given = Path(sweep)  # a folder: one with the journal, or a path such as `tinytf sweep` prints (sweeps/x)
+    folder = given if (given / STUDY_FILE).is_file() or len(given.parts) > 1 else runs_dir / sweep
     name = folder.name
     if storage is None and not (folder / STUDY_FILE).is_file():
-        raise UserError(
-            f"{sweep}: no sweep there (a sweep's folder holds {STUDY_FILE}); start one with tinytf sweep FILE"
-        )
+        raise UserError(_no_journal(folder))
     store = storage_for(folder, storage)
     with storage_errors(store):
         if name not in optuna.study.get_all_study_names(store):
@@ -78,7 +80,35 @@ def load_results(sweep: str, *, storage: str | None = None, runs_dir: Path = Pat
     for rank, row in enumerate(done, 1):
         row.rank = rank
     rows.sort(key=lambda r: (ORDER[r.state], r.rank or 0, r.trial))
-    return Results(name, folder, spec, rows)
+    to_target = spec.objective.metric.endswith("_to_target") and "train.stop_at_accuracy" not in spec.params
+    target = _target(folder, rows) if to_target else None
+    return Results(name, folder, spec, rows, target)
+
+
+def _target(folder: Path, rows: list[Row]) -> float | None:
+    """The held-out exact match the runs trained to (train.stop_at_accuracy, the same in
+    every run of a sweep that does not vary it), read from a run's config; None without one."""
+    run = next((folder / run for row in rows for run in row.runs), None)
+    if run is None or not (run / "config.yaml").is_file():
+        return None
+    with contextlib.suppress(ConfigError):
+        target = read_yaml(run / "config.yaml").get("train", {}).get("stop_at_accuracy")
+        return target if isinstance(target, int | float) else None
+    return None
+
+
+def _no_journal(folder: Path) -> str:
+    """Why `sweep show` finds no sweep in `folder` without --storage, and what was likely
+    meant: its folder without a journal holds the runs of a sweep stored in a database; no
+    folder at all, a mistyped name (the nearest sweep there) or a sweep not started."""
+    missing = f"no sweep {folder.name!r} in {folder.parent}/ (no {folder / STUDY_FILE})"
+    if folder.is_dir():
+        return f"{missing}; a sweep stored in a database: add --storage URL"
+    parent = folder.parent
+    sweeps = [path.name for path in parent.iterdir() if (path / STUDY_FILE).is_file()] if parent.is_dir() else []
+    if hint := did_you_mean(folder.name, sweeps):
+        return missing + hint
+    return f"{missing}; start one with tinytf sweep SWEEP.yaml (a sweep stored in a database: add --storage URL)"
 
 
 def _row(setting: Setting, spec: Sweep) -> Row:
@@ -174,7 +204,8 @@ def _table(results: Results) -> str:
 def sweep_figure(results: Results) -> Figure:
     """A sweep's objective against each parameter: a dot per seed's run, a ring per setting
     (its objective over the seeds); a log axis for a log-spaced parameter. Without params,
-    each seed's run against its seed. Runs that never reached the target (infinite) are left out."""
+    each seed's run against its seed. Runs that never reached the target (infinite) are left out.
+    The value axis says what the metric measures, in what unit (`metric_label`)."""
     from matplotlib.figure import Figure
 
     keys = list(results.sweep.params) or ["seed"]
@@ -199,10 +230,29 @@ def sweep_figure(results: Results) -> Figure:
         ):  # places, not numbers, on a category axis
             ax.set_xscale("log")
         ax.set_xlabel(key)
-        ax.set_ylabel(metric)
-    over = results.sweep.objective.over_seeds
-    figure.suptitle(f"sweep {results.name}: {metric}\n(dots: each run; rings: each setting, the {over} over its seeds)")
+        ax.set_ylabel(metric_label(metric, results.target), fontsize=8)
+    over, seeds = results.sweep.objective.over_seeds, results.sweep.seeds
+    if not results.sweep.params:
+        shown = "a dot per seed's run"
+    elif len(seeds) == 1:
+        shown = f"a ringed dot per setting: its run on seed {seeds[0]}"
+    else:
+        shown = f"dots: each run; rings: each setting, the {over} over its {len(seeds)} seeds"
+    figure.suptitle(f"sweep {results.name}: {metric}\n({shown})")
     return figure
+
+
+def metric_label(metric: str, target: float | None) -> str:
+    """What the objective's `metric` measures, with its unit; `target`: the held-out exact
+    match a *_to_target metric waits for (train.stop_at_accuracy), if known."""
+    reached = f"{target:.0%}" if target is not None else "the target (train.stop_at_accuracy)"
+    return {
+        "time_to_target": f"seconds to {reached} held-out exact match",
+        "steps_to_target": f"steps to {reached} held-out exact match",
+        "val_loss": "held-out loss (nats per token), best checkpoint",
+        "val_seq_acc": "held-out exact-match accuracy, best checkpoint",
+        "val_token_acc": "held-out token accuracy, best checkpoint",
+    }.get(metric, metric)
 
 
 def _not_a_number(value: object) -> bool:

@@ -36,7 +36,7 @@ def digits_msd_first(x: torch.Tensor, width: int) -> tuple[torch.Tensor, torch.T
 
 class Add(Task):
     name = "add"
-    description = "add two integers, digit by digit: 17 + 25 -> 42"
+    description = "add two integers, digit by digit: 17+25 -> 42"
     archs = ("decoder", "encoder-decoder")
     config_keys = ("digits", "answer_order")
 

@@ -13,6 +13,7 @@ from functools import cached_property
 from typing import ClassVar, Literal, get_args
 
 from tinytf.config import DEFAULT_EVAL_SIZE, Arch, ConfigProblem, TaskConfig
+from tinytf.errors import NotApplicableError
 from tinytf.lazy import torch
 from tinytf.tasks.vocab import PAD_ID, SPECIALS, Vocabulary
 
@@ -103,10 +104,11 @@ class Task:
 
     @classmethod
     def example(cls) -> str:
-        """One example as text, "source  ->  target" (for `tinytf tasks`)."""
+        """One example as text, "source -> target", typed as the task's description types
+        its own (for `tinytf tasks`)."""
         task = cls(TaskConfig(name=cls.name, min_len=4, max_len=6))
         source, target = task.sample(1, torch.Generator().manual_seed(0)).example(0)
-        return task.render(target) if task.language_model else f"{task.render(source)}  ->  {task.render(target)}"
+        return task.render(target) if task.language_model else f"{task.render(source)} -> {task.render(target)}"
 
     def check(self) -> None:
         """Raise `ConfigProblem` for settings this task cannot work with. Cheap: called
@@ -123,7 +125,7 @@ class Task:
         return self.build_vocab()
 
     def build_vocab(self) -> Vocabulary:
-        raise NotImplementedError
+        raise NotImplementedError(f"{type(self).__name__} does not define build_vocab; every task must")
 
     def held_out(self, n: int, generator: torch.Generator) -> Pairs:
         """The evaluation examples. By default fresh samples, which the training stream
@@ -153,7 +155,7 @@ class Task:
 
     def sample(self, n: int, generator: torch.Generator) -> Pairs:
         """Draw n random examples; the same generator state gives the same examples."""
-        raise NotImplementedError
+        raise NotImplementedError(f"{type(self).__name__} does not define sample; every task must")
 
     def alignments(self, source: list[int], target: list[int]) -> dict[str, list[tuple[int, int]]]:
         """For each pattern in alignment_patterns: (j, i) pairs, "to write answer token j, a
@@ -173,17 +175,20 @@ class Task:
         """`n` minimal pairs of `construction` (one of `constructions`) that training never
         saw, drawn with `seed`; `held_out`, the run's held-out examples, for a task that
         draws them from there (see `TaskData`)."""
-        raise NotImplementedError(f"task {self.name!r} draws no minimal pairs")
+        raise NotApplicableError(
+            f"task {self.name!r} draws no minimal pairs (it has no constructions); "
+            "tinytf.tasks.CONSTRUCTIONS names the tasks that do"
+        )
 
     @property
     def max_source_len(self) -> int:
         """Longest source sequence the task produces."""
-        raise NotImplementedError
+        raise NotImplementedError(f"{type(self).__name__} does not define max_source_len; every task must")
 
     @property
     def max_target_len(self) -> int:
         """Longest target sequence the task produces."""
-        raise NotImplementedError
+        raise NotImplementedError(f"{type(self).__name__} does not define max_target_len; every task must")
 
     @property
     def trained_lengths(self) -> tuple[int, int]:
@@ -217,11 +222,11 @@ class TableTask(Task):
 
     def table(self) -> Pairs:
         """Every example of the task, in a fixed order."""
-        raise NotImplementedError
+        raise NotImplementedError(f"{type(self).__name__} does not define table; every table task must")
 
     def table_size(self) -> int:
         """len(table()), without building it."""
-        raise NotImplementedError
+        raise NotImplementedError(f"{type(self).__name__} does not define table_size; every table task must")
 
     def train_size(self) -> int:
         return max(1, round(self.config.train_fraction * self.table_size()))
@@ -337,7 +342,7 @@ class SymbolTask(Task):
         self, symbols: torch.Tensor, lengths: torch.Tensor, valid: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """symbols (N, S) in [0, vocab_size), garbage where not `valid` -> target ids (N, T), lengths (N,)."""
-        raise NotImplementedError
+        raise NotImplementedError(f"{type(self).__name__} does not define targets; every symbol task must")
 
     def token_ids(self, tokens: list[str]) -> torch.Tensor:
         """A lookup table: value v -> id of the token tokens[v]."""

@@ -23,7 +23,7 @@ LABELS = ("T", "P", "F")
 
 class Dyck1(SymbolTask):
     name = "dyck-1"
-    description = "label each prefix of ( ) x as balanced T, pending P or broken F: ( x ) ) -> P P T F"
+    description = "label each prefix of ( ) x as balanced T, pending P or broken F: (x)) -> PPTF"
     config_keys = ("min_len", "max_len", "bos")  # the symbols are fixed: no vocab_size
     n_pairs = 1
     noise = 0.2  # chance that a step emits a uniformly random symbol instead of a legal move
@@ -82,6 +82,6 @@ class Dyck1(SymbolTask):
 
 class Dyck2(Dyck1):
     name = "dyck-2"
-    description = "label each prefix of ( ) [ ] x as balanced T, pending P or broken F: ( [ ) -> P P F"
+    description = "label each prefix of ( ) [ ] x as balanced T, pending P or broken F: ([) -> PPF"
     n_pairs = 2
     noise = 0.1  # a random symbol breaks dyck-2 more often: two kinds of closing bracket

@@ -1,0 +1,117 @@
+"""Heatmaps that say what they show: a colour bar with the scale beside every map (and a
+line at 0 where the scale spans it), each cell's value printed in it on a small grid; and
+activation patching's maps (patching.py). viz.py draws attention with the same helpers.
+
+A patch map's colours diverge from 0 (white): red where patching moved the answer away
+from the clean one, blue where it brought it back, 1 when fully, on a scale symmetric
+about 0 so that the two read alike.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+if TYPE_CHECKING:
+    from matplotlib.colorbar import Colorbar
+    from matplotlib.figure import Figure
+    from matplotlib.image import AxesImage
+    from matplotlib.text import Text
+
+    from tinytf.patching import Patched, PatchReport
+
+SMALL_GRID = 12  # a heatmap at most this many cells on each side prints each cell's value in it
+
+
+def print_cells(ax, grid: np.ndarray, dark: float, fontsize: float) -> list[Text]:
+    """Each cell's value written in it, if the grid is at most SMALL_GRID cells on each side
+    (white where |value| > `dark`, on the darker colours); the texts, row by row."""
+    if max(grid.shape) > SMALL_GRID:
+        return []
+    rows, columns = grid.shape
+    cells = [(r, c) for r in range(rows) for c in range(columns)]
+    texts = [ax.text(c, r, "", ha="center", va="center", fontsize=fontsize) for r, c in cells]
+    set_cells(texts, grid, dark)
+    return texts
+
+
+def set_cells(texts: list[Text], grid: np.ndarray, dark: float) -> None:
+    """Put `grid`'s values into the cell texts of `print_cells`."""
+    for text, value in zip(texts, np.asarray(grid, dtype=float).ravel(), strict=True):
+        text.set_text(f"{value:.2f}".replace("-0.00", "0.00"))
+        text.set_color("white" if abs(value) > dark else "black")
+
+
+def colour_bar(figure: Figure, image: AxesImage, axes: list, label: str) -> Colorbar:
+    """A colour bar of `image`'s scale beside `axes`, with a line at 0 where the scale spans it."""
+    bar = figure.colorbar(image, ax=axes, shrink=0.9, aspect=30, pad=0.02)
+    bar.set_label(label, fontsize=7)
+    bar.ax.tick_params(labelsize=7)
+    if bar.vmin < 0 < bar.vmax:
+        bar.ax.axhline(0.0, color="black", linewidth=1.0)
+    return bar
+
+
+PATCHED = {  # what each component of a PatchReport is, for a figure's titles
+    "z": "each head's output (z)",
+    "resid_pre": "the residual stream entering the layer (resid_pre)",
+    "attn_out": "the attention's output (attn_out)",
+    "mlp_out": "the MLP's output (mlp_out)",
+}
+
+
+def patch_figure(report: PatchReport, tokens: list[str] | None) -> Figure:
+    """Heatmaps of a `PatchReport`'s `restored`, one per component: layer x head for --by
+    head; (layer, head) or layer x position otherwise, the position axis labelled with one
+    pair's `tokens`, or without them (pairs of different words) counted from the prompt's
+    end (-1: its last token, which predicts the answer). The colours diverge from 0 (white;
+    red below, blue above) on a scale symmetric about it, -1..1 or wider, shown by a
+    colour bar; a small grid (SMALL_GRID) prints each cell's value in it."""
+    from matplotlib.figure import Figure
+
+    components = list(dict.fromkeys(result.component for result in report.results))
+    grids = [_patch_grid([r for r in report.results if r.component == component]) for component in components]
+    limit = max(1.0, *(abs(result.restored) for result in report.results))
+    heights = [max(1.8, 0.9 + 0.28 * len(rows)) for _, rows, _, _ in grids]
+    figure = Figure(figsize=(9, sum(heights) + 0.4), layout="constrained")
+    axes = figure.subplots(len(components), 1, squeeze=False, height_ratios=heights)[:, 0]
+    for ax, component, (by_position, rows, columns, grid) in zip(axes, components, grids, strict=True):
+        image = ax.imshow(grid, cmap="RdBu", vmin=-limit, vmax=limit, aspect="auto")
+        print_cells(ax, grid, dark=0.6 * limit, fontsize=7)
+        _patch_axes(ax, rows, columns, tokens, by_position)
+        where = "one position at a time" if by_position else "every position at once"
+        pairs = f"{report.pairs} pair{'s' * (report.pairs > 1)}"
+        ax.set_title(f"{PATCHED.get(component, component)} patched at {where}, over {pairs}", fontsize=9)
+    colour_bar(figure, image, list(axes), "restored: 0 no change,\n1 the clean answer back")
+    return figure
+
+
+def _patch_grid(results: list[Patched]) -> tuple[bool, list, list, np.ndarray]:
+    """One component's results as (by_position, rows, columns, grid): rows (layer, head or
+    None) and columns positions, or, patched at every position at once (--by head), rows
+    (layer, None) and columns heads."""
+    by_position = results[0].position is not None
+    cells = [((r.layer, r.head), r.position) if by_position else ((r.layer, None), r.head) for r in results]
+    rows, columns = (list(dict.fromkeys(cell[i] for cell in cells)) for i in (0, 1))
+    grid = np.zeros((len(rows), len(columns)))  # (rows, columns)
+    for (row, column), result in zip(cells, results, strict=True):
+        grid[rows.index(row), columns.index(column)] = result.restored
+    return by_position, rows, columns, grid
+
+
+def _patch_axes(ax, rows: list, columns: list, tokens: list[str] | None, by_position: bool) -> None:
+    """A patch map's ticks and axis names (see `patch_figure`)."""
+    if not by_position:
+        labels, name = [str(head) for head in columns], "head"
+    elif tokens is not None:
+        labels = [tokens[position] for position in columns]
+        name = "the prompt's token (clean/corrupted where they differ)"
+    else:  # positions counted from the prompt's end: the same place in every pair
+        labels = [str(position - len(columns)) for position in columns]
+        name = "position from the prompt's end (-1: the last token, which predicts the answer)"
+    ax.set_xticks(range(len(columns)), labels, rotation=90 if tokens is not None and by_position else 0, fontsize=7)
+    ax.set_yticks(range(len(rows)), [str(layer) if head is None else f"{layer}.{head}" for layer, head in rows])
+    ax.tick_params(axis="y", labelsize=7)
+    ax.set_xlabel(name, fontsize=8)
+    ax.set_ylabel("layer.head" if rows[0][1] is not None else "layer", fontsize=8)
