@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, BinaryIO, TextIO
 
 import numpy as np
 
-from tinytf.heatmaps import colour_bar, print_cells, set_cells
+from tinytf.heatmaps import colour_bar, print_cells
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -47,14 +47,17 @@ def terminal_shades(stream: TextIO | None = None) -> str:
 
 
 def _draw_heatmap(
-    ax, weights: np.ndarray, query_tokens: list[str], key_tokens: list[str], title: str, first_in_row: bool
+    ax, weights: np.ndarray, tokens: tuple[list[str], list[str]], title: str, first_in_row: bool, cells: bool
 ) -> AxesImage:
-    """One head's map, with each weight printed in its cell if the map is small (SMALL_GRID).
-    The query tokens and their ticks are drawn once per row of maps: they are the same for
-    every head, and each tick is a few ms of matplotlib's drawing time."""
+    """One head's map of `tokens` (queries, keys), with each weight printed in its cell if
+    `cells` and the map is small (SMALL_GRID). The query tokens and their ticks are drawn
+    once per row of maps: they are the same for every head, and each tick is a few ms of
+    matplotlib's drawing time."""
+    query_tokens, key_tokens = tokens
     image = ax.imshow(weights, cmap="Blues", vmin=0.0, vmax=1.0, aspect="auto")
-    cell_points = 72 * ax.get_position().width * ax.figure.get_figwidth() / max(len(key_tokens), 1)
-    print_cells(ax, weights, dark=0.6, fontsize=min(7.0, cell_points / 2.6))
+    if cells:
+        cell_points = 72 * ax.get_position().width * ax.figure.get_figwidth() / max(len(key_tokens), 1)
+        print_cells(ax, weights, dark=0.6, fontsize=min(7.0, cell_points / 2.6))
     ax.set_xticks(range(len(key_tokens)), key_tokens, rotation=90, fontsize=7)
     ax.set_title(title, fontsize=8)
     ax.set_xlabel("key", fontsize=7)
@@ -67,7 +70,9 @@ def _draw_heatmap(
 
 
 def layer_figure(attention: AttentionMap) -> Figure:
-    """One layer's attention (self or cross): its heads side by side."""
+    """One layer's attention (self or cross): its heads side by side, as TensorBoard shows
+    it at every logging step: without cell values, whose text would be drawn anew at each
+    step and slow training down (`tinytf attend --format png` prints them)."""
     from matplotlib.figure import Figure  # imported here: matplotlib is slow to import
 
     n_heads = attention.n_heads
@@ -75,9 +80,8 @@ def layer_figure(attention: AttentionMap) -> Figure:
     figure = Figure(figsize=(size * n_heads + 1.2, size + 0.6), layout="constrained")
     axes = figure.subplots(1, n_heads, squeeze=False)[0]
     for head, (ax, title) in enumerate(zip(axes, _head_titles(attention), strict=True)):
-        image = _draw_heatmap(
-            ax, attention.weights[head], attention.query_tokens, attention.key_tokens, title, first_in_row=head == 0
-        )
+        tokens = (attention.query_tokens, attention.key_tokens)
+        image = _draw_heatmap(ax, attention.weights[head], tokens, title, first_in_row=head == 0, cells=False)
     colour_bar(figure, image, list(axes), ATTENTION_SCALE)
     return figure
 
@@ -97,7 +101,7 @@ def report_figure(report: AttentionReport) -> Figure:
             if head < attention.n_heads:
                 title = f"{attention.name} head {attention.first_head + head}"
                 weights, tokens = attention.weights[head], (attention.query_tokens, attention.key_tokens)
-                image = _draw_heatmap(ax, weights, *tokens, title, first_in_row=head == 0)
+                image = _draw_heatmap(ax, weights, tokens, title, first_in_row=head == 0, cells=True)
             else:
                 ax.axis("off")
     colour_bar(figure, image, list(axes.ravel()), ATTENTION_SCALE)
@@ -294,14 +298,11 @@ class _LayerFrame:
         maps = [ax for ax in figure.axes if ax.images]  # one per head; not the colour bar
         self.heatmaps = [ax.images[0] for ax in maps]
         self.titles = [ax.title for ax in maps]
-        self.cells = [list(ax.texts) for ax in maps]  # each weight printed, on a small map (`print_cells`)
-        self.blit = _Blit(figure, [*self.heatmaps, *self.titles, *(text for texts in self.cells for text in texts)])
+        self.blit = _Blit(figure, [*self.heatmaps, *self.titles])
 
     def render(self, attention: AttentionMap) -> np.ndarray:
-        for heatmap, texts, head_weights in zip(self.heatmaps, self.cells, attention.weights, strict=True):
+        for heatmap, head_weights in zip(self.heatmaps, attention.weights, strict=True):
             heatmap.set_data(head_weights)
-            if texts:
-                set_cells(texts, head_weights, dark=0.6)
         for title, text in zip(self.titles, _head_titles(attention), strict=True):
             title.set_text(text)
         return self.blit.render()
