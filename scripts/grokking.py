@@ -14,6 +14,11 @@ and s2 >= 5 x s1. With --check the exit status is 1 unless every run (controls a
 The figure: training-set and held-out accuracy against the step, on a log axis (controls
 dashed); the weight norm; the Fourier spectrum of the first run's number embedding at s1
 and at its last evaluation (tinytf/fourier.py).
+
+With --attention, for each run's best checkpoint: how the query that predicts c (the task's
+`operands` pattern) splits each head's attention between a and b over the whole held-out
+set: the mean share on a, on b, and on the larger of the two (median and range over the
+sums). This part loads the model, so it imports torch.
 """
 
 from __future__ import annotations
@@ -142,12 +147,51 @@ def grokking_figure(runs: list[Run], controls: list[Run]) -> Figure:
     return figure
 
 
+def operand_attention(folder: Path) -> str:
+    """Each head's attention from the query that predicts c to a and to b, over the run's
+    held-out set (its best checkpoint): mean share on a, on b, and the larger of the two per
+    sum, its median and range."""
+    import torch
+
+    import tinytf
+    from tinytf.data import TaskData
+
+    run = tinytf.load_run(folder)
+    held_out = TaskData(run.task, run.config.seed).held_out
+    batch = run.framing.frame(held_out)
+    with torch.no_grad():
+        _, attention = run.model(**batch.model_inputs(), return_attention=True)
+    stack, kind = run.framing.alignment_attention
+    shares = []  # per example: (n_layers, H, 2), the attention on a and on b
+    for i in range(len(held_out)):
+        source, target = held_out.example(i)
+        maps = [attention[f"{stack}.{layer}.{kind}"][i] for layer in range(run.config.model.n_layers)]
+        (query, a), (_, b) = run.framing.alignments(source, target, *maps[0].shape[-2:])["operands"].pairs
+        shares.append(torch.stack([m[:, query, [a, b]] for m in maps]))
+    shares = torch.stack(shares)  # (N, n_layers, H, 2)
+    larger = shares.max(dim=-1).values  # (N, n_layers, H)
+    lines = [
+        f"{folder}: the query that predicts c, over {len(held_out):,} held-out sums",
+        f"{'head':<{len(stack) + len(kind) + 6}}  on a  on b  on the larger: median (range)",
+    ]
+    for layer in range(shares.size(1)):
+        for head in range(shares.size(2)):
+            on_a, on_b = shares[:, layer, head].mean(dim=0).tolist()
+            big = larger[:, layer, head]
+            lines.append(
+                f"{stack}.{layer}.{kind}.{head}  {on_a:.2f}  {on_b:.2f}  "
+                f"{big.median():.2f} ({big.min():.2f}-{big.max():.2f})"
+            )
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("runs", nargs="+", type=Path, help="run folders of configs/grokking.yaml")
     parser.add_argument("--control", nargs="*", type=Path, default=[], help="runs meant not to grok (weight decay 0)")
     parser.add_argument("--out", type=Path, help="draw the figure into this PNG")
     parser.add_argument("--check", action="store_true", help="exit 1 unless every run groks")
+    parser.add_argument("--attention", action="store_true", help="each head's attention on a and b (loads the model)")
     args = parser.parse_args(argv)
     try:
         runs, controls = [Run.read(f) for f in args.runs], [Run.read(f) for f in args.control]
@@ -155,6 +199,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     print(table(runs, controls))
+    for run in runs if args.attention else []:
+        print(f"\n{operand_attention(run.folder)}")
     if args.out is not None:
         grokking_figure(runs, controls).savefig(args.out, dpi=110)
         print(f"figure: {args.out}")

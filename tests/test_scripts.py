@@ -7,8 +7,13 @@ import json
 import subprocess
 import sys
 
+import numpy as np
 import pytest
-from conftest import ROOT, run_script, tiny_data, write_config
+from conftest import ROOT, invoke, run_script, tiny_data, write_config
+
+import tinytf
+from tinytf.attend import attention_report
+from tinytf.data import TaskData
 
 # Copying one of four symbols: the encoder gets every held-out input right at its first
 # evaluation (step 5); the decoder gets none right in its 10 steps.
@@ -267,3 +272,36 @@ def test_the_grokking_figure_names_its_seeds_in_the_singular_for_one_run(tmp_pat
     runs = [grokking.Run.read(fake_run(tmp_path / f"run-{seed}", seed, [0.5, 1.0], [0.1, 0.2])) for seed in (0, 1)]
     titles = [grokking.grokking_figure(runs[:n], []).axes[0].get_title() for n in (1, 2)]
     assert titles == ["accuracy, seed 0", "accuracy, seeds 0, 1"]
+
+
+def test_grokking_attention_splits_each_head_between_a_and_b_as_attend_shows_it(tmp_path, monkeypatch):
+    # A briefly trained 2-head modular-add decoder: the script's shares, from the framed held-out
+    # set, against `attention_report` of each sum typed as `tinytf attend` types it.
+    data = tiny_data(model={"n_heads": 2}, train={"steps": 6})
+    data["task"] = {"name": "modular-add", "modulus": 7, "train_fraction": 0.5}
+    result = invoke("train", write_config(tmp_path, data), "--runs-dir", tmp_path / "runs")
+    assert result.exit_code == 0, result.output
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    spec = importlib.util.spec_from_file_location("grokking", ROOT / "scripts" / "grokking.py")
+    grokking = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, "grokking", grokking)
+    spec.loader.exec_module(grokking)
+    heading, _columns, *rows = grokking.operand_attention(run_dir).splitlines()
+    run = tinytf.load_run(run_dir)
+    held_out = TaskData(run.task, run.config.seed).held_out
+    assert heading == f"{run_dir}: the query that predicts c, over {len(held_out):,} held-out sums" and len(rows) == 2
+    on_a, on_b, larger = [], [], []
+    for i in range(len(held_out)):
+        source, _ = held_out.example(i)
+        report = attention_report(run.model, run.framing, run.task.render(source))
+        weights = report.maps[0].weights  # (H, T, T)
+        query = report.tokens.index("<sep>")
+        on_a.append(weights[:, query, query - 2])
+        on_b.append(weights[:, query, query - 1])
+        larger.append(np.maximum(on_a[-1], on_b[-1]))
+    for head, row in enumerate(rows):
+        name, a, b, median, _range = row.split()
+        assert name == f"decoder.0.self.{head}"
+        assert float(a) == pytest.approx(np.mean(on_a, axis=0)[head], abs=0.006)
+        assert float(b) == pytest.approx(np.mean(on_b, axis=0)[head], abs=0.006)
+        assert float(median) == pytest.approx(np.median(np.array(larger)[:, head]), abs=0.02)
