@@ -104,6 +104,54 @@ def table(runs: list[Run], controls: list[Run]) -> str:
     return "\n".join(rows)
 
 
+def inside(runs: list[Run], controls: list[Run]) -> str:
+    """What the page says changes as each run groks: held-out accuracy 1,000 steps before s2,
+    the training set's lowest accuracy after s1, the weight norm and the Fourier spectrum's
+    top-5 share (at the first evaluation, at s1, at the highest norm, at the last evaluation),
+    the strongest frequencies at the last, and held-out accuracy over the run's second half."""
+    from tinytf.fourier import top_share  # (imports torch)
+
+    rows = [
+        "| run | held-out 1,000 steps before s2 | lowest training set after s1 | weight norm: first, s1, "
+        "highest, last | top-5 share: first, s1, last | strongest frequencies, last | held-out, second half: "
+        "median, best, evaluations under 95% |",
+        "|---|---:|---:|---|---|---|---|",
+    ]
+    for run in [*runs, *controls]:
+        val, train_set = run.accuracy["val"], run.accuracy["train_set"]
+        s1, s2, last = run.s1, run.s2, max(val)
+        before = _at_or_before(val, s2 - 1000) if s2 is not None else None
+        after_s1 = [acc for step, acc in train_set.items() if s1 is not None and step > s1]
+        norms = [_at_or_before(run.weight_norm, step) for step in (min(val), s1 or last)]
+        norms += [max(run.weight_norm.values(), default=None), _at_or_before(run.weight_norm, last)]
+        spectra = [_at_or_before(run.spectra, step) for step in (min(val), s1 or last, last)]
+        shares = [top_share(spectrum) if spectrum else None for spectrum in spectra]
+        strongest = sorted(range(len(spectra[-1] or [])), key=lambda k: -spectra[-1][k])[:5]
+        half = sorted(acc for step, acc in val.items() if step > last / 2)
+        late = f"{half[len(half) // 2]:.1%}, {half[-1]:.1%}, {sum(a < 0.95 for a in half)} of {len(half)}"
+        cells = [
+            run.folder.name,
+            _percent(before),
+            _percent(min(after_s1, default=None)),
+            ", ".join(f"{n:.1f}" if n is not None else "-" for n in norms),
+            ", ".join(_percent(share) for share in shares),
+            ", ".join(map(str, strongest)) or "-",
+            late,
+        ]
+        rows.append(f"| {' | '.join(cells)} |")
+    return "\n".join(rows)
+
+
+def _at_or_before(series: dict, step: int | None):
+    """The value of `series` (step -> value) at the last step at or before `step`; None if none."""
+    steps = [s for s in series if step is not None and s <= step]
+    return series[max(steps)] if steps else None
+
+
+def _percent(value: float | None) -> str:
+    return f"{value:.1%}" if value is not None else "-"
+
+
 def grokking_figure(runs: list[Run], controls: list[Run]) -> Figure:
     from matplotlib.figure import Figure
 
@@ -191,6 +239,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--control", nargs="*", type=Path, default=[], help="runs meant not to grok (weight decay 0)")
     parser.add_argument("--out", type=Path, help="draw the figure into this PNG")
     parser.add_argument("--check", action="store_true", help="exit 1 unless every run groks")
+    parser.add_argument("--inside", action="store_true", help="weight norm, spectrum, held-out accuracy over time")
     parser.add_argument("--attention", action="store_true", help="each head's attention on a and b (loads the model)")
     args = parser.parse_args(argv)
     try:
@@ -199,6 +248,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     print(table(runs, controls))
+    if args.inside:
+        print(f"\n{inside(runs, controls)}")
     for run in runs if args.attention else []:
         print(f"\n{operand_attention(run.folder)}")
     if args.out is not None:

@@ -390,3 +390,20 @@ def test_the_held_out_sizes_docs_tasks_md_names_are_what_a_run_holds():
         loaded = tinytf.load_config(ROOT / "configs" / config)
         n = len(TaskData(get_task(loaded.task), loaded.seed).held_out)
         assert n < 1000 and sentence.format(n=n) in " ".join(page.split()), config
+
+
+def test_the_rasp_held_out_counts_docs_results_md_names_are_what_the_configs_hold():
+    # "972 distinct ones ...; 799 for dyck-1 and 882 for dyck-2" and most-freq's <eos> positions
+    page = " ".join((ROOT / "docs" / "results.md").read_text().split())
+    sizes = {}
+    for path in sorted((ROOT / "configs" / "rasp").glob("*.yaml")):
+        loaded = tinytf.load_config(path)
+        task = get_task(loaded.task)
+        sizes[path.stem] = held_out = TaskData(task, loaded.seed).held_out
+        if path.stem == "most-freq":
+            labels = get_framing(task, loaded.model.arch).frame(held_out).labels
+            scored, eos = int((labels != IGNORE).sum()), int((labels == task.vocab.eos_id).sum())
+            assert f"{eos:,} of its {scored:,} scored positions" in page
+    others = {len(held) for name, held in sizes.items() if not name.startswith("dyck")}
+    assert len(others) == 1 and f"({others.pop():,} distinct ones" in page
+    assert f"{len(sizes['dyck-1']):,} for dyck-1 and {len(sizes['dyck-2']):,} for dyck-2" in page

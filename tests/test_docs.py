@@ -179,3 +179,24 @@ def test_every_test_file_the_guarantees_name_exists():
     named = set(re.findall(r"`(test_\w+\.py)`", (ROOT / "docs" / "guarantees.md").read_text()))
     assert named, "docs/guarantees.md names no test file"
     assert sorted(name for name in named if not (ROOT / "tests" / name).is_file()) == []
+
+
+MEASURED_TIME = re.compile(r"\b\d[\d,.]*(?:-\d[\d,.]*)? ?(?:s|seconds|minutes?)\b")
+NOT_A_MEASURED_TIME = (
+    "answered for 10 minutes",  # distributed.md: a timeout, a setting
+    'take about 0.5 s, where `python -c "import torch"` alone takes about 2 s',  # architecture.md: start-up
+)
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_every_time_the_docs_give_names_its_thread_count(doc):
+    # A time depends on the thread count: a section that gives one says which (results.md#reproducing-a-figure).
+    unnamed = []
+    for section in re.split(r"^#{1,6} .*$", doc.read_text(), flags=re.MULTILINE):
+        if "thread" in section:
+            continue
+        text = " ".join(FENCE.sub("", section).split())
+        for known in NOT_A_MEASURED_TIME:
+            text = text.replace(known, "")
+        unnamed += [match.group(0) for match in MEASURED_TIME.finditer(text)]
+    assert not unnamed, f"{doc.relative_to(ROOT)}: times in a section that names no thread count: {unnamed}"

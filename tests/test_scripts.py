@@ -236,7 +236,7 @@ def fake_run(folder, seed, train_set, held_out):
             {"step": step, "split": "train", "loss": 1.0, "weight_norm": 30.0 - i},
             {"step": step, "split": "val", "seq_acc": on_held_out},
             {"step": step, "split": "train_set", "seq_acc": on_train},
-            {"step": step, "split": "fourier", "norms": [1.0, 0.5, 2.0 + i]},
+            {"step": step, "split": "fourier", "norms": [1.0, 0.5, 0.2, 0.1, 0.1, 0.1, 2.0 + i]},
         ]
     (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     return folder
@@ -262,6 +262,34 @@ def test_grokking_finds_when_each_run_memorised_and_generalised(tmp_path):
         '{"step": 1, "split": "val", "seq_acc": 0.5}\n'
     )  # a task without a training set
     assert_one_line_error(run_script("scripts/grokking.py", tmp_path, returncode=2), "no train_set metrics")
+
+
+def test_grokking_inside_reads_norms_spectra_and_held_out_accuracy_at_the_steps_it_names(tmp_path):
+    # 15 evaluations, every 100 steps: s1 = 200, s2 = 1500; the training set dips to 0.9 at step 300.
+    run = fake_run(
+        tmp_path / "run", 0, [0.5, 0.995, 0.9] + [1.0] * 12, [0.01, 0.02, 0.03, 0.04, 0.3] + [0.5] * 9 + [0.99]
+    )
+    done = run_script("scripts/grokking.py", run, "--inside")
+    header = (
+        "| run | held-out 1,000 steps before s2 | lowest training set after s1 | weight norm: first, s1, highest, "
+        "last | top-5 share: first, s1, last | strongest frequencies, last | held-out, second half: median, best, "
+        "evaluations under 95% |"
+    )
+
+    def share(i):  # the 5 strongest of the fake spectrum at evaluation i, of its squared norm
+        squares = sorted((n * n for n in [1.0, 0.5, 0.2, 0.1, 0.1, 0.1, 2.0 + i]), reverse=True)
+        return f"{sum(squares[:5]) / sum(squares):.1%}"
+
+    (row,) = table(done.stdout, header)
+    assert row == [
+        "run",
+        "30.0%",  # held-out at step 500
+        "90.0%",
+        "30.0, 29.0, 30.0, 16.0",  # weight_norm 30 - i: at steps 100, 200, the highest, 1500
+        f"{share(0)}, {share(1)}, {share(14)}",
+        "6, 0, 1, 2, 3",
+        "50.0%, 99.0%, 7 of 8",  # steps 800-1500
+    ]
 
 
 def test_the_grokking_figure_names_its_seeds_in_the_singular_for_one_run(tmp_path, monkeypatch):
