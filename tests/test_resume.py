@@ -1,6 +1,7 @@
 """`--resume`: a resumed run ends as the uninterrupted one would (weights, metrics, optimizer
 settings), after Ctrl-C or a kill; a refused resume changes nothing."""
 
+import os
 import signal
 import subprocess
 import sys
@@ -41,6 +42,25 @@ def test_ctrl_c_then_resume_ends_with_the_same_weights(optimizer, tmp_path):
     resumed = train(config, resume=stopped.run_dir)
     assert resumed.run_dir == stopped.run_dir and resumed.step == 12 and not resumed.interrupted
 
+    assert_same_weights(final_weights(uninterrupted.run_dir), final_weights(resumed.run_dir))
+
+
+class CtrlCWhileSettingUp(NullLogger):
+    """Presses Ctrl-C when the run folder exists but training has not begun (the loggers' start)."""
+
+    def start(self, run_dir, start_step):
+        os.kill(os.getpid(), signal.SIGINT)
+
+
+def test_a_ctrl_c_while_the_run_is_set_up_saves_it_at_its_first_step_boundary(tmp_path):
+    # A run folder always gets its checkpoint: the run resumes from step 0 to the same weights.
+    config = tiny_config()
+    uninterrupted = train(config, runs_dir=tmp_path / "a")
+    stopped = train(config, runs_dir=tmp_path / "b", loggers=[CtrlCWhileSettingUp()])
+    assert stopped.interrupted and stopped.step == 0
+    assert load_checkpoint(checkpoint_path(stopped.run_dir, "last"))["step"] == 0
+    resumed = train(config, resume=stopped.run_dir)
+    assert resumed.step == 12 and not resumed.interrupted
     assert_same_weights(final_weights(uninterrupted.run_dir), final_weights(resumed.run_dir))
 
 

@@ -15,7 +15,9 @@ attention maps and head scores (heads.py) are logged in eval mode, without gradi
 held-out inputs: logging never changes the training run.
 
 Ctrl-C (SIGINT) asks the loop to stop at the end of the current step; it saves
-last.pt and returns with `interrupted=True`. A second Ctrl-C stops at once.
+last.pt and returns with `interrupted=True`. A second Ctrl-C stops at once. `train`
+listens from before it makes the run folder, so a Ctrl-C while the run is being set up
+saves it at its first step boundary too: a run folder always gets its checkpoint.
 `train(config, resume=run_dir)` continues exactly where last.pt left off: same
 weights, optimizer moments, random streams and step (the schedule follows from the step). The optimizer's settings
 (train.lr, betas, weight decay) are the resumed config's, so `--set train.lr=...` applies.
@@ -30,7 +32,7 @@ process and each of its methods the identity.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -115,8 +117,9 @@ def train(
             examples_per_step(get_task(config.task), config.train.batch_size),
             config.train.batch_size == "all",
         ) as job,
-        contextlib.ExitStack() as lock,
-    ):  # lock: rank 0's, on the run
+        contextlib.ExitStack() as lock,  # rank 0's, on the run
+        stop_on_signals(job.stop_signals) as stop_requested,  # Ctrl-C from here on: saved at a step boundary
+    ):
         state, vocab = None, None
         if resume is not None:  # rank 0 checks the run and reads its state; a problem is every process's error
             state, vocab = job.on_main(lambda: open_for_resume(resume, config, lock))
@@ -133,7 +136,7 @@ def train(
                 for logger in trainer.loggers:
                     logger.resumed(step, redone)
         try:
-            return trainer.run()
+            return trainer.run(stop_requested)
         except OSError as err:  # a full disk, most likely: every file written so far is whole
             where = err.filename or trainer.run_dir
             raise UserError(f"{where}: {err.strerror or err}; {trainer.what_is_saved()}") from None
@@ -196,7 +199,12 @@ class Trainer:
         self.final: dict[str, float] = {}
         self.window = TrainingWindow(self.device)  # the training loss since the last log
 
-    def run(self) -> TrainResult:
+    def run(self, stop_requested: Callable[[], bool] | None = None) -> TrainResult:
+        """Train (see the module docstring). `stop_requested`: the flag of a `stop_on_signals`
+        the caller entered (`train` does, before the run folder exists); None: the run's own."""
+        if stop_requested is None:
+            with stop_on_signals(self.job.stop_signals) as own:
+                return self.run(own)
         start_step = self.step
         for logger in self.loggers:
             logger.start(self.run_dir, start_step)
@@ -208,7 +216,7 @@ class Trainer:
                 step_model = self.job.wrap(self.model)  # under torchrun: DistributedDataParallel
                 if self.settings.compile:
                     step_model = torch.compile(step_model)
-                self._loop(step_model, window)
+                self._loop(step_model, window, stop_requested)
         except _Interrupted:
             interrupted = True
         except KeyboardInterrupt:  # a second Ctrl-C: stop now; last.pt keeps the last whole state
@@ -231,33 +239,32 @@ class Trainer:
             raise diverged
         return TrainResult(self.run_dir, self.step, interrupted, self.final, self.best)
 
-    def _loop(self, step_model: nn.Module, window: TrainingWindow) -> None:
+    def _loop(self, step_model: nn.Module, window: TrainingWindow, stop_requested: Callable[[], bool]) -> None:
         """Train until settings.steps, an early stop, or Ctrl-C (raises _Interrupted once saved)."""
         settings, log = self.settings, self.log
-        with stop_on_signals(self.job.stop_signals) as stop_requested:
-            while self.step < settings.steps:
-                logits, labels, grad_norm = self._train_step(step_model, window)
-                self.step += 1
-                step = self.step
-                finishing = step == settings.steps
-                if step % log.every == 0 or finishing:
-                    correct = self.job.total(Correct.count(logits, labels))  # over every process's rows
-                    values = window.summary(correct, grad_norm, self._lr(), self.model)
-                    for logger in self.loggers:
-                        logger.metrics(step, "train", values)
-                if step % settings.eval_every == 0 or finishing:
-                    finishing |= self._validate(window.tokens_per_s)
-                if log.attention_every and (step % log.attention_every == 0 or finishing):
-                    self._log_attention()
-                if step % settings.checkpoint_every == 0 or finishing:
-                    self._checkpoint("last")
+        while self.step < settings.steps:
+            if self.job.any(stop_requested()):  # Ctrl-C (in any process): save at this step boundary, leave
+                self._checkpoint("last")
+                raise _Interrupted
+            logits, labels, grad_norm = self._train_step(step_model, window)
+            self.step += 1
+            step = self.step
+            finishing = step == settings.steps
+            if step % log.every == 0 or finishing:
+                correct = self.job.total(Correct.count(logits, labels))  # over every process's rows
+                values = window.summary(correct, grad_norm, self._lr(), self.model)
                 for logger in self.loggers:
-                    logger.step(step)
-                if finishing:
-                    return
-                if self.job.any(stop_requested()):  # Ctrl-C (in any process): save at this step boundary, leave
-                    self._checkpoint("last")
-                    raise _Interrupted
+                    logger.metrics(step, "train", values)
+            if step % settings.eval_every == 0 or finishing:
+                finishing |= self._validate(window.tokens_per_s)
+            if log.attention_every and (step % log.attention_every == 0 or finishing):
+                self._log_attention()
+            if step % settings.checkpoint_every == 0 or finishing:
+                self._checkpoint("last")
+            for logger in self.loggers:
+                logger.step(step)
+            if finishing:
+                return
 
     def _train_step(self, step_model: nn.Module, window: TrainingWindow):
         """One optimisation step; returns its logits, labels and gradient norm (for logging)."""
