@@ -123,3 +123,42 @@ def test_the_grokking_recipe_memorises_first_and_generalises_five_times_later(tm
     script = [sys.executable, str(ROOT / "scripts" / "grokking.py"), str(result.run_dir), "--check"]
     done = subprocess.run(script, capture_output=True, text=True, env=SUBPROCESS_ENV, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def documented_rows(doc, command):
+    """{head: {column: printed value}} of the table printed under the line `$ COMMAND` in a
+    fenced block of `doc`."""
+    text = (ROOT / doc).read_text()
+    block = text[text.index(f"$ {command}\n") :].split("```")[0]
+    header, *lines = [line for line in block.splitlines() if line.startswith(("head ", "decoder."))]
+    columns = header.split()[1:]
+    return {line.split()[0]: dict(zip(columns, line.split()[1:], strict=False)) for line in lines}
+
+
+@pytest.mark.slow
+def test_the_quickstart_head_scores_in_the_docs_are_those_of_the_quickstart_they_name(tmp_path):
+    # README's `tinytf heads` block and looking-inside.md's quickstart ablation table come from
+    # `OMP_NUM_THREADS=1 tinytf train configs/quickstart.yaml` on an AVX2 CPU: there they repeat to the
+    # printed digit; another instruction set trains a slightly different model (scores within 0.2).
+    env = {**SUBPROCESS_ENV, "OMP_NUM_THREADS": "1"}
+    tinytf = [sys.executable, "-m", "tinytf"]
+    subprocess.run([*tinytf, "train", "configs/quickstart.yaml", "--runs-dir", tmp_path], cwd=ROOT, env=env, check=True)
+    (run,) = tmp_path.iterdir()
+    scored = subprocess.run(
+        [*tinytf, "heads", "--run", run, "--format", "json"], env=env, check=True, capture_output=True, text=True
+    )
+    measured = {
+        f"{h['stack']}.{h['layer']}.{h['kind']}.{h['head']}": {**h["scores"], "entropy": h["entropy"]}
+        for h in json.loads(scored.stdout)["heads"]
+    }
+    tolerance = 0.005 if torch.backends.cpu.get_cpu_capability() == "AVX2" else 0.2
+    for doc, command in (
+        ("README.md", "tinytf heads"),
+        ("docs/looking-inside.md", "tinytf heads --ablate zero --run runs/quickstart-20250101-120000"),
+    ):
+        rows = documented_rows(doc, command)
+        assert len(rows) >= 3, doc
+        for name, cells in rows.items():
+            for column, printed in cells.items():
+                if measured[name].get(column) is not None:
+                    assert float(printed) == pytest.approx(measured[name][column], abs=tolerance), (doc, name, column)
