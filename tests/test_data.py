@@ -380,6 +380,20 @@ def test_seq_acc_is_the_exact_match_rate_of_greedy_generation(arch, bos):
         assert evaluate(oracle, get_framing(task, arch), pairs, batch_size=16)["seq_acc"] == pytest.approx(generated)
 
 
+def test_a_vocabulary_save_that_fails_leaves_the_old_file_whole(tmp_path, monkeypatch):
+    path = tmp_path / "vocab.json"
+    Vocabulary(["the", "cat"], split="word").save(path)
+    before = path.read_bytes()
+
+    def full_disk(*args):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr("tinytf.files.os.replace", full_disk)  # the write fails at its last step
+    with pytest.raises(OSError, match="No space left"):
+        Vocabulary(["the", "cat", "sat", "on", "mat"], split="word").save(path)
+    assert path.read_bytes() == before and [p.name for p in tmp_path.iterdir()] == ["vocab.json"]
+
+
 def test_the_held_out_sizes_docs_tasks_md_names_are_what_a_run_holds():
     # 1,000 draws with repeats dropped: the figures the page gives, checked against the configs.
     page = (ROOT / "docs" / "tasks.md").read_text()

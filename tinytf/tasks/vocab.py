@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Literal
 
 from tinytf.errors import UserError
+from tinytf.files import write_text_atomically
 
 PAD, BOS, SEP, EOS = "<pad>", "<bos>", "<sep>", "<eos>"
 SPECIALS = (PAD, BOS, SEP, EOS)
@@ -102,7 +103,8 @@ class Vocabulary:
         return cls(data["tokens"][len(SPECIALS) :], data["split"])
 
     def save(self, path: str | Path) -> None:
-        Path(path).write_text(self.to_json(), encoding="utf-8")
+        """Written atomically: a kill or a full disk leaves the old file whole, or none."""
+        write_text_atomically(path, self.to_json())
 
     @classmethod
     def load(cls, path: str | Path) -> Vocabulary:
