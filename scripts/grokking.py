@@ -203,6 +203,7 @@ def operand_attention(folder: Path) -> str:
 
     import tinytf
     from tinytf.data import TaskData
+    from tinytf.model.names import act_name, head_name
 
     run = tinytf.load_run(folder)
     held_out = TaskData(run.task, run.config.seed).held_out
@@ -213,7 +214,7 @@ def operand_attention(folder: Path) -> str:
     shares = []  # per example: (n_layers, H, 2), the attention on a and on b
     for i in range(len(held_out)):
         source, target = held_out.example(i)
-        maps = [attention[f"{stack}.{layer}.{kind}"][i] for layer in range(run.config.model.n_layers)]
+        maps = [attention[act_name(stack, layer, kind)][i] for layer in range(run.config.model.n_layers)]
         (query, a), (_, b) = run.framing.alignments(source, target, *maps[0].shape[-2:])["operands"].pairs
         shares.append(torch.stack([m[:, query, [a, b]] for m in maps]))
     shares = torch.stack(shares)  # (N, n_layers, H, 2)
@@ -227,7 +228,7 @@ def operand_attention(folder: Path) -> str:
             on_a, on_b = shares[:, layer, head].mean(dim=0).tolist()
             big = larger[:, layer, head]
             lines.append(
-                f"{stack}.{layer}.{kind}.{head}  {on_a:.2f}  {on_b:.2f}  "
+                f"{head_name(act_name(stack, layer, kind), head)}  {on_a:.2f}  {on_b:.2f}  "
                 f"{big.median():.2f} ({big.min():.2f}-{big.max():.2f})"
             )
     return "\n".join(lines)

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from tinytf.config import config_from_dict
+from tinytf.model.names import ActName, act_name, is_value
 from tinytf.model.transformer import Transformer
 
 VOCAB = 11
@@ -214,3 +215,20 @@ def test_an_attention_only_model_has_no_feed_forward():
     layer = "decoder.1"
     torch.testing.assert_close(cache[f"{layer}.resid_post"], cache[f"{layer}.resid_mid"])
     assert logits.shape == (3, 7, VOCAB)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_every_name_reads_back_into_its_parts_and_builds_again(arch):
+    model = make_model(arch)
+    for name in model.hook_names():
+        if name in ("embed", "source_embed"):
+            continue
+        parts = ActName.parse(name)
+        assert str(parts) == name and parts.stack in ("encoder", "decoder")
+        assert act_name(parts.stack, parts.layer, parts.kind, parts.value) == name
+        if parts.kind is not None:  # an attention's value: its attention's weights are returned under that name
+            assert parts.attention == name.rpartition(".")[0] and parts.value in ("q", "k", "v", "pattern", "z")
+    assert ActName.parse("decoder.1.cross.pattern") == ActName("decoder", 1, "cross", "pattern")
+    assert ActName.parse("encoder.0.resid_post") == ActName("encoder", 0, None, "resid_post")
+    assert ActName("decoder", 1, "self").of("z") == "decoder.1.self.z" and ActName.parse("decoder.1.self").value is None
+    assert is_value("decoder.0.self.z", "z", "mlp_out") and not is_value("embed", "embed")

@@ -2,6 +2,7 @@
 before it does any work, and where per-architecture rules may live."""
 
 import ast
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -223,3 +224,33 @@ def test_no_method_raises_a_bare_not_implemented_error():
             if isinstance(called, ast.Name) and called.id == "NotImplementedError":
                 bare.append(f"{path.relative_to(ROOT)}:{node.lineno}")
     assert bare == []
+
+
+# An activation's name is built and read in model/names.py alone (ActName, act_name, child,
+# is_value): an f-string that appends a part to a name, or a split at its dots, elsewhere
+# would be a second spelling of the scheme. Config modules split dotted config keys.
+NAME_PARTS = "q|k|v|pattern|z|resid_pre|attn_out|resid_mid|cross_attn_out|resid_mid_cross|mlp_out|resid_post|self|cross"
+BUILT_NAME = re.compile(r'f"[^"\n]*(?:\}\.(?:' + NAME_PARTS + r")\b|\{[^}]*stack[^}]*\}\.\{|\{act_name\([^)]*\)\}\.)")
+READ_NAME = re.compile(r'\.split\("\."\)|\.(?:removesuffix|endswith)\("\.\w')
+CONFIG_KEY_MODULES = {"config.py", "config_keys.py", "experiment.py"}
+
+
+def test_activation_names_are_built_and_read_in_one_place():
+    sources = [*PACKAGE.rglob("*.py"), *(ROOT / "scripts").glob("*.py")]
+    found = []
+    for path in sources:
+        if path == PACKAGE / "model" / "names.py":
+            continue
+        for number, line in enumerate(path.read_text().splitlines(), start=1):
+            read = READ_NAME.search(line) and path.name not in CONFIG_KEY_MODULES
+            if BUILT_NAME.search(line) or read:
+                found.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()}")
+    assert not found, "\n".join(found)
+
+
+def test_the_name_patterns_catch_the_spellings_they_forbid():
+    assert BUILT_NAME.search('name = f"decoder.{layer}.self.z"') and BUILT_NAME.search('f"{self.name}.pattern"')
+    assert BUILT_NAME.search('f"{stack}.{layer}.{kind}"') and READ_NAME.search('stack, _, kind = name.split(".")')
+    assert READ_NAME.search('name.removesuffix(".pattern")') and not READ_NAME.search('message.removesuffix(".")')
+    assert BUILT_NAME.search('f"{act_name(stack, layer, kind)}.{head}"')
+    assert not BUILT_NAME.search('f"{path}: cannot read"') and not BUILT_NAME.search('f"{layer}.{head}"')

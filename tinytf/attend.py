@@ -25,6 +25,7 @@ from tinytf.device import model_device
 from tinytf.errors import UserError
 from tinytf.framing import Framing
 from tinytf.generation import eval_mode
+from tinytf.model.names import ActName, act_name
 
 Tokens = TypeVar("Tokens")  # token strings, a tensor of ids, or a label for them
 
@@ -34,18 +35,18 @@ def attention_sides(name: str, tokens: Tokens, source: Tokens | None) -> tuple[T
     "decoder.1.cross") read, given the model's `tokens` and an encoder-decoder's `source`
     (None for the other architectures): its encoder reads the source on both sides, its
     cross-attention asks from the tokens into the source; every other attention reads the tokens."""
-    stack, _, kind = name.split(".")
-    if source is not None and stack == "encoder":
+    attention = ActName.parse(name)
+    if source is not None and attention.stack == "encoder":
         return source, source
-    if kind == "cross":
+    if attention.kind == "cross":
         return tokens, source
     return tokens, tokens
 
 
 def is_causal(name: str) -> bool:
     """Whether query i of the attention `name` sees only keys 0..i: a decoder's self-attention."""
-    stack, _, kind = name.split(".")
-    return stack == "decoder" and kind == "self"
+    attention = ActName.parse(name)
+    return attention.stack == "decoder" and attention.kind == "self"
 
 
 @dataclass
@@ -60,7 +61,7 @@ class AttentionMap:
 
     @property
     def name(self) -> str:
-        return f"{self.stack}.{self.layer}.{self.kind}"
+        return act_name(self.stack, self.layer, self.kind)
 
     @property
     def n_heads(self) -> int:
@@ -139,8 +140,8 @@ def attention_report(model: nn.Module, framing: Framing, text: str, target: str 
     source_tokens = vocab.decode(batch.source[0].tolist()) if batch.source is not None else None
     maps = []
     for name, w in weights.items():
-        stack, layer, kind = name.split(".")
+        parsed = ActName.parse(name)
         queries, keys = attention_sides(name, tokens, source_tokens)
-        maps.append(AttentionMap(stack, int(layer), kind, queries, keys, w[0].float().cpu().numpy()))
+        maps.append(AttentionMap(parsed.stack, parsed.layer, parsed.kind, queries, keys, w[0].float().cpu().numpy()))
     note = framing.length_note(framing.typed_input(text, model.config.max_len))
     return AttentionReport(tokens, source_tokens, None if answer is None else vocab.decode(answer), maps, note)

@@ -59,6 +59,7 @@ from tinytf.evaluate import evaluate
 from tinytf.framing import Framing
 from tinytf.generation import eval_mode
 from tinytf.model.hooks import Hook
+from tinytf.model.names import ActName, act_name, head_name, is_value
 from tinytf.tasks.base import Pairs
 from tinytf.tasks.vocab import PAD_ID
 
@@ -80,7 +81,7 @@ class HeadScore:
 
     @property
     def name(self) -> str:
-        return f"{self.stack}.{self.layer}.{self.kind}.{self.head}"
+        return head_name(act_name(self.stack, self.layer, self.kind), self.head)
 
     @property
     def label(self) -> str:
@@ -228,7 +229,7 @@ def head_scores(
     for batch, group in examples:
         with eval_mode(model), torch.no_grad():
             _, cache = model.run_with_cache(
-                **_device_inputs(model, batch), names=lambda n: n.endswith(".pattern"), hooks=hooks
+                **_device_inputs(model, batch), names=lambda n: is_value(n, "pattern"), hooks=hooks
             )
         cache = {name: weights.float().cpu() for name, weights in cache.items()}  # one copy a batch, not one an input
         for example in group:
@@ -266,7 +267,7 @@ class _Totals:
         """Each head's mean score per pattern (None where the pattern never applied) and entropy."""
         heads = []
         for attention_name, entropy_sum in self.entropy_sums.items():
-            stack, layer, kind = attention_name.split(".")
+            attention = ActName.parse(attention_name)
             entropy = entropy_sum / self.inputs
             for h in range(entropy.numel()):
                 scores = {
@@ -277,7 +278,7 @@ class _Totals:
                     )
                     for pattern in patterns
                 }
-                heads.append(HeadScore(stack, int(layer), kind, h, scores, float(entropy[h])))
+                heads.append(HeadScore(attention.stack, attention.layer, attention.kind, h, scores, float(entropy[h])))
         return heads
 
 
@@ -288,7 +289,8 @@ def _patterns(
     the generic ones, and the task's alignments that the framing places in this attention."""
     causal = is_causal(attention_name)
     patterns = token_patterns(query_ids, key_ids, same_sequence=query_ids is key_ids, causal=causal)
-    stack, _, kind = attention_name.split(".")
+    attention = ActName.parse(attention_name)
+    stack, kind = attention.stack, attention.kind
     if (stack, kind) != framing.alignment_attention:  # the task's alignments lie in another attention
         return patterns
     for name, alignment in framing.alignments(example.source, example.target, len(query_ids), len(key_ids)).items():
@@ -332,7 +334,7 @@ def _maps(
     source = None if batch.source is None else batch.source[row][batch.source[row] != PAD_ID]  # (S,)
     found = {}
     for name, weights in cache.items():
-        attention_name = name.removesuffix(".pattern")
+        attention_name = ActName.parse(name).attention
         query_ids, key_ids = attention_sides(attention_name, tokens, source)
         found[attention_name] = (weights[row, :, : len(query_ids), : len(key_ids)], query_ids, key_ids)
     return found
@@ -349,8 +351,9 @@ def _ablate_each(
     intact = evaluate(model, framing, pairs, hooks=hooks)
     means = _mean_head_outputs(model, framing, pairs, hooks) if how == "mean" else {}
     for head in report.heads:
-        name = f"{head.stack}.{head.layer}.{head.kind}.z"
-        replacement = means[name.removesuffix(".z")][head.head] if how == "mean" else None
+        attention = ActName(head.stack, head.layer, head.kind)
+        name = attention.of("z")
+        replacement = means[str(attention)][head.head] if how == "mean" else None
         ablation = _replace_head(head.head, replacement)
         ablated = evaluate(model, framing, pairs, hooks={**hooks, name: _then(hooks.get(name), ablation)})
         head.ablation = {**ablated, **{f"{key}_change": ablated[key] - intact[key] for key in intact}}
@@ -390,10 +393,10 @@ def _mean_head_outputs(
     for batch, _ in _held_out_examples(framing, pairs):
         with eval_mode(model), torch.no_grad():
             _, cache = model.run_with_cache(
-                **_device_inputs(model, batch), names=lambda n: n.endswith(".z"), hooks=hooks
+                **_device_inputs(model, batch), names=lambda n: is_value(n, "z"), hooks=hooks
             )
         for name, z in cache.items():  # z: (B, H, T_q, D_h)
-            attention_name = name.removesuffix(".z")
+            attention_name = ActName.parse(name).attention
             query_side, _ = attention_sides(attention_name, batch.tokens, batch.source)
             real = (query_side != PAD_ID).to(z.device)  # (B, T_q)
             sums[attention_name] = sums[attention_name] + (z * real[:, None, :, None]).sum(dim=(0, 2))  # (H, D_h)

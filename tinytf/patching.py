@@ -37,6 +37,7 @@ import torch
 from tinytf.errors import UserError
 from tinytf.framing import DecoderFraming, Framing, LanguageModelFraming
 from tinytf.model import Transformer
+from tinytf.model.names import act_name, is_value
 from tinytf.tasks.sentences import MinimalPair
 
 BY = ("head", "head-position", "layer-position")
@@ -194,8 +195,8 @@ def _patch_group(model: Transformer, prompts: Prompts, by: str) -> _GroupRun:
         return logit_difference(logits, prompts.answer, prompts.wrong)
 
     # Only what is patched: caching a `.pattern` would take attention off the fused kernel.
-    patched = (".z",) if by != "layer-position" else tuple(f".{name}" for name in LAYER_COMPONENTS)
-    clean_logits, cache = model.run_with_cache(prompts.clean, names=lambda name: name.endswith(patched))
+    patched = ("z",) if by != "layer-position" else LAYER_COMPONENTS
+    clean_logits, cache = model.run_with_cache(prompts.clean, names=lambda name: is_value(name, *patched))
     run = _GroupRun(ld(clean_logits), ld(model(prompts.corrupt)), {})
     for key, name, replace in _components(model, cache, by, prompts.clean.size(1)):
         run.patched[key] = ld(model.run_with_hooks(prompts.corrupt, hooks={name: replace}))
@@ -210,7 +211,7 @@ def _components(
     positions = [None] if by == "head" else range(length)
     if by in ("head", "head-position"):
         for layer in range(layers):
-            name = f"decoder.{layer}.self.z"  # (N, H, T, D_h)
+            name = act_name("decoder", layer, "self", "z")  # (N, H, T, D_h)
             for head in range(heads):
                 for position in positions:
                     where = (slice(None), head, slice(None) if position is None else position)
@@ -218,7 +219,7 @@ def _components(
         return
     for layer in range(layers):
         for component in LAYER_COMPONENTS:
-            name = f"decoder.{layer}.{component}"  # (N, T, D)
+            name = act_name("decoder", layer, value=component)  # (N, T, D)
             if name in cache:  # (no mlp_out with d_ff: 0)
                 for position in positions:
                     yield (component, layer, None, position), name, _from_clean(cache[name], (slice(None), position))
@@ -269,11 +270,11 @@ def attribute(model: Transformer, tokens: torch.Tensor, answer: int, wrong: int)
             "logit attribution needs model.norm=pre or none: with post-norm a LayerNorm follows every sublayer, "
             "so the stream reaching the output is not a sum of the sublayers' outputs"
         )
-    kept = ("embed", ".self.z", ".mlp_out", ".resid_post")  # the parts, and the stream reaching the output
-    logits, cache = model.run_with_cache(tokens, names=lambda name: name.endswith(kept))
+    kept = ("z", "mlp_out", "resid_post")  # the parts, and the stream reaching the output
+    logits, cache = model.run_with_cache(tokens, names=lambda name: name == "embed" or is_value(name, *kept))
     norm, layers = model.decoder.final_norm, model.decoder.layers
     direction = model.lm_head.weight[answer] - model.lm_head.weight[wrong]  # (D,)
-    final = cache[f"decoder.{len(layers) - 1}.resid_post"][0, -1]  # (D,): the stream at the last position
+    final = cache[act_name("decoder", len(layers) - 1, value="resid_post")][0, -1]  # (D,): the stream at the end
     layer_norm = isinstance(norm, torch.nn.LayerNorm)  # model.norm=none: the stream reaches W_U as it is
     scale = torch.sqrt(final.var(unbiased=False) + norm.eps) if layer_norm else 1.0
     gamma = norm.weight if layer_norm else 1.0
@@ -285,14 +286,14 @@ def attribute(model: Transformer, tokens: torch.Tensor, answer: int, wrong: int)
     parts = [Contribution("embed", None, None, through_norm(cache["embed"][0, -1]))]
     biases = torch.zeros_like(final)
     for index, layer in enumerate(layers):
-        z = cache[f"decoder.{index}.self.z"][0, :, -1]  # (H, D_h): each head's output at the last position
+        z = cache[act_name("decoder", index, "self", "z")][0, :, -1]  # (H, D_h): each head's output at the end
         w_o = layer.self_attn.out_proj.weight.view(final.numel(), *z.shape)  # (D, H, D_h): W_O by head
         for head in range(z.size(0)):
             parts.append(Contribution("z", index, head, through_norm(w_o[:, head] @ z[head])))
         if layer.self_attn.out_proj.bias is not None:
             biases += layer.self_attn.out_proj.bias
-        if f"decoder.{index}.mlp_out" in cache:  # (no MLP with d_ff: 0)
-            parts.append(Contribution("mlp_out", index, None, through_norm(cache[f"decoder.{index}.mlp_out"][0, -1])))
+        if (mlp_out := act_name("decoder", index, value="mlp_out")) in cache:  # (no MLP with d_ff: 0)
+            parts.append(Contribution("mlp_out", index, None, through_norm(cache[mlp_out][0, -1])))
     final_bias = float(norm.bias @ direction) if layer_norm else 0.0
     parts.append(Contribution("biases", None, None, through_norm(biases) + final_bias))
     return Attribution(float(logits[0, -1, answer] - logits[0, -1, wrong]), parts)

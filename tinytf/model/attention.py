@@ -30,6 +30,7 @@ from torch import nn
 
 from tinytf.model.hooks import Probe
 from tinytf.model.masks import bias_from_mask, continuation_bias, hides_every_key
+from tinytf.model.names import child
 from tinytf.model.positional import RotaryPositions
 
 
@@ -159,18 +160,18 @@ class MultiHeadAttention(nn.Module):
             is_causal, attn_bias = False, continuation_bias(q.size(2), k.size(2), q.device, q.dtype)
         dropout = self.dropout if self.training else 0.0
         if probe is not None:
-            q, k, v = (probe(f"{self.name}.{part}", t) for part, t in (("q", q), ("k", k), ("v", v)))
+            q, k, v = (probe(child(self.name, part), t) for part, t in (("q", q), ("k", k), ("v", v)))
         weights = None
-        if return_attention or (probe is not None and probe.wants(f"{self.name}.pattern")):
+        if return_attention or (probe is not None and probe.wants(child(self.name, "pattern"))):
             heads, weights = attention(q, k, v, attn_mask=attn_bias, dropout_p=dropout, is_causal=is_causal)
-            if probe is not None and (hooked := probe(f"{self.name}.pattern", weights)) is not weights:
+            if probe is not None and (hooked := probe(child(self.name, "pattern"), weights)) is not weights:
                 weights, heads = hooked, F.dropout(hooked, p=dropout) @ v  # the heads read the hook's weights
         else:
             heads = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_bias, dropout_p=dropout, is_causal=is_causal)
             if attn_bias is not None:  # as in `attention`: a query that may see no key reads nothing
                 heads = heads.masked_fill(hides_every_key(attn_bias), 0.0)  # (B, H, T_q, D_h)
         if probe is not None:
-            heads = probe(f"{self.name}.z", heads)
+            heads = probe(child(self.name, "z"), heads)
         batch, _, query_len, _ = heads.shape  # heads: (B, H, T_q, D_h)
         concat = heads.transpose(1, 2).reshape(batch, query_len, -1)  # (B, H, T_q, D_h) -> (B, T_q, H*D_h = D)
         return self.out_proj(concat), (weights if return_attention else None)  # (B, T_q, D)

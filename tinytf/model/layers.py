@@ -17,6 +17,7 @@ from torch import nn
 
 from tinytf.model.attention import KeyValueCache, MultiHeadAttention
 from tinytf.model.hooks import Probe, probe_at
+from tinytf.model.names import child
 from tinytf.model.positional import RotaryPositions
 
 ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu}
@@ -89,11 +90,11 @@ class TransformerLayer(nn.Module):
     ) -> None:
         super().__init__()
         self.name = name
-        self.self_attn = MultiHeadAttention(d_model, n_heads, dropout, name=f"{name}.self")
+        self.self_attn = MultiHeadAttention(d_model, n_heads, dropout, name=child(name, "self"))
         self.self_attn_residual = Residual(d_model, norm, dropout)
         self.cross_attn, self.cross_attn_residual = None, None
         if cross_attention:
-            self.cross_attn = MultiHeadAttention(d_model, n_heads, dropout, name=f"{name}.cross")
+            self.cross_attn = MultiHeadAttention(d_model, n_heads, dropout, name=child(name, "cross"))
             self.cross_attn_residual = Residual(d_model, norm, dropout)
         # d_ff = 0: an attention-only layer (no feed-forward sublayer at all)
         self.ffn = FeedForward(d_model, d_ff, activation, dropout) if d_ff > 0 else None
@@ -102,16 +103,17 @@ class TransformerLayer(nn.Module):
     def hook_names(self) -> list[str]:
         """The names of this layer's activations, in the order they are computed."""
         names = [
-            f"{self.name}.resid_pre",
+            child(self.name, "resid_pre"),
             *_attention_names(self.self_attn),
-            f"{self.name}.attn_out",
-            f"{self.name}.resid_mid",
+            child(self.name, "attn_out"),
+            child(self.name, "resid_mid"),
         ]
         if self.cross_attn is not None:
-            names += [*_attention_names(self.cross_attn), f"{self.name}.cross_attn_out", f"{self.name}.resid_mid_cross"]
+            cross = [child(self.name, "cross_attn_out"), child(self.name, "resid_mid_cross")]
+            names += [*_attention_names(self.cross_attn), *cross]
         if self.ffn is not None:
-            names.append(f"{self.name}.mlp_out")
-        return [*names, f"{self.name}.resid_post"]
+            names.append(child(self.name, "mlp_out"))
+        return [*names, child(self.name, "resid_post")]
 
     def forward(
         self,
@@ -132,14 +134,14 @@ class TransformerLayer(nn.Module):
         Returns x (B, T_q, D). A `probe` sees the activations named in `hook_names`.
         """
         self_cache, cross_cache = (cache.self_attn, cache.cross_attn) if cache is not None else (None, None)
-        x = probe_at(probe, f"{self.name}.resid_pre", x)
+        x = probe_at(probe, child(self.name, "resid_pre"), x)
 
         h = self.self_attn_residual.sublayer_input(x)
         attended, _ = self.self_attn(
             h, attn_bias=self_bias, is_causal=causal and self_bias is None, rope=rope, cache=self_cache, probe=probe
         )
-        attended = probe_at(probe, f"{self.name}.attn_out", attended)
-        x = probe_at(probe, f"{self.name}.resid_mid", self.self_attn_residual.add(x, attended))
+        attended = probe_at(probe, child(self.name, "attn_out"), attended)
+        x = probe_at(probe, child(self.name, "resid_mid"), self.self_attn_residual.add(x, attended))
 
         if self.cross_attn is not None:
             if context is None:
@@ -148,13 +150,13 @@ class TransformerLayer(nn.Module):
             # Queries from the decoder, keys and values from the encoder; no rotation:
             # positions in two different sequences are not comparable.
             attended, _ = self.cross_attn(h, context, attn_bias=context_bias, cache=cross_cache, probe=probe)
-            attended = probe_at(probe, f"{self.name}.cross_attn_out", attended)
-            x = probe_at(probe, f"{self.name}.resid_mid_cross", self.cross_attn_residual.add(x, attended))
+            attended = probe_at(probe, child(self.name, "cross_attn_out"), attended)
+            x = probe_at(probe, child(self.name, "resid_mid_cross"), self.cross_attn_residual.add(x, attended))
 
         if self.ffn is not None:
-            transformed = probe_at(probe, f"{self.name}.mlp_out", self.ffn(self.ffn_residual.sublayer_input(x)))
+            transformed = probe_at(probe, child(self.name, "mlp_out"), self.ffn(self.ffn_residual.sublayer_input(x)))
             x = self.ffn_residual.add(x, transformed)
-        return probe_at(probe, f"{self.name}.resid_post", x)
+        return probe_at(probe, child(self.name, "resid_post"), x)
 
 
 class TransformerStack(nn.Module):
@@ -178,7 +180,9 @@ class TransformerStack(nn.Module):
         super().__init__()
         self.causal = causal
         self.layers = nn.ModuleList(
-            TransformerLayer(d_model, n_heads, d_ff, dropout, activation, norm, cross_attention, name=f"{name}.{index}")
+            TransformerLayer(
+                d_model, n_heads, d_ff, dropout, activation, norm, cross_attention, name=child(name, index)
+            )
             for index in range(n_layers)
         )
         # Pre-norm leaves the residual stream un-normalised; post-norm already ends in LN.
@@ -204,4 +208,4 @@ class TransformerStack(nn.Module):
 
 
 def _attention_names(attention: MultiHeadAttention) -> list[str]:
-    return [f"{attention.name}.{part}" for part in ("q", "k", "v", "pattern", "z")]
+    return [child(attention.name, part) for part in ("q", "k", "v", "pattern", "z")]

@@ -60,6 +60,7 @@ from tinytf.config import ModelConfig
 from tinytf.model.hooks import Hook, Names, Probe, probe_at
 from tinytf.model.layers import LayerCache, TransformerStack
 from tinytf.model.masks import attention_bias
+from tinytf.model.names import ATTENTION_KINDS, ActName, child, is_value
 from tinytf.model.positional import POSITIONAL_ENCODINGS, RotaryPositions
 
 
@@ -359,18 +360,18 @@ def check_context(context: torch.Tensor, source_pad_mask: torch.Tensor | None, t
 
 
 def _is_pattern(name: str) -> bool:
-    return name.endswith(".pattern")
+    return is_value(name, "pattern")
 
 
 def _patterns(cache: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     """The attention weights among cached values, named "<stack>.<layer>.<kind>"."""
-    return {name.removesuffix(".pattern"): w for name, w in cache.items() if _is_pattern(name)}
+    return {ActName.parse(name).attention: w for name, w in cache.items() if _is_pattern(name)}
 
 
 def _per_layer(stack: TransformerStack, probe: Probe | None) -> list[dict[str, torch.Tensor]]:
     """A stack's weights kept by `probe`, one {"self": w, "cross": w} dict per layer ({} each without a probe)."""
     weights = _patterns(probe.cache) if probe is not None else {}
     return [
-        {kind: weights[f"{layer.name}.{kind}"] for kind in ("self", "cross") if f"{layer.name}.{kind}" in weights}
+        {kind: weights[child(layer.name, kind)] for kind in ATTENTION_KINDS if child(layer.name, kind) in weights}
         for layer in stack.layers
     ]
