@@ -106,9 +106,10 @@ def table(runs: list[Run], controls: list[Run]) -> str:
 
 def inside(runs: list[Run], controls: list[Run]) -> str:
     """What the page says changes as each run groks: held-out accuracy 1,000 steps before s2,
-    the training set's lowest accuracy after s1, the weight norm and the Fourier spectrum's
-    top-5 share (at the first evaluation, at s1, at the highest norm, at the last evaluation),
-    the strongest frequencies at the last, and held-out accuracy over the run's second half."""
+    the training set's lowest accuracy after s1, the weight norm (at the first evaluation, at
+    s1, its highest, at the last evaluation), the Fourier spectrum's top-5 share (at the first
+    evaluation, at s1, at the last), the strongest frequencies at the last, and held-out
+    accuracy over the run's second half. "-" where a run has no s1 or s2."""
     from tinytf.fourier import top_share  # (imports torch)
 
     rows = [
@@ -122,9 +123,9 @@ def inside(runs: list[Run], controls: list[Run]) -> str:
         s1, s2, last = run.s1, run.s2, max(val)
         before = _at_or_before(val, s2 - 1000) if s2 is not None else None
         after_s1 = [acc for step, acc in train_set.items() if s1 is not None and step > s1]
-        norms = [_at_or_before(run.weight_norm, step) for step in (min(val), s1 or last)]
+        norms = [_at_or_before(run.weight_norm, step) for step in (min(val), s1)]
         norms += [max(run.weight_norm.values(), default=None), _at_or_before(run.weight_norm, last)]
-        spectra = [_at_or_before(run.spectra, step) for step in (min(val), s1 or last, last)]
+        spectra = [_at_or_before(run.spectra, step) for step in (min(val), s1, last)]
         shares = [top_share(spectrum) if spectrum else None for spectrum in spectra]
         strongest = sorted(range(len(spectra[-1] or [])), key=lambda k: -spectra[-1][k])[:5]
         half = sorted(acc for step, acc in val.items() if step > last / 2)
@@ -206,6 +207,8 @@ def operand_attention(folder: Path) -> str:
     from tinytf.model.names import act_name, head_name
 
     run = tinytf.load_run(folder)
+    if "operands" not in run.task.alignment_patterns:
+        raise UserError(f"{folder}: --attention reads a run of modular-add, not of {run.task.name}")
     held_out = TaskData(run.task, run.config.seed).held_out
     batch = run.framing.frame(held_out)
     with torch.no_grad():
@@ -214,7 +217,7 @@ def operand_attention(folder: Path) -> str:
     shares = []  # per example: (n_layers, H, 2), the attention on a and on b
     for i in range(len(held_out)):
         source, target = held_out.example(i)
-        maps = [attention[act_name(stack, layer, kind)][i] for layer in range(run.config.model.n_layers)]
+        maps = [attention[act_name(stack, layer, kind)][i] for layer in range(len(getattr(run.model, stack).layers))]
         (query, a), (_, b) = run.framing.alignments(source, target, *maps[0].shape[-2:])["operands"].pairs
         shares.append(torch.stack([m[:, query, [a, b]] for m in maps]))
     shares = torch.stack(shares)  # (N, n_layers, H, 2)
@@ -251,8 +254,12 @@ def main(argv: list[str] | None = None) -> int:
     print(table(runs, controls))
     if args.inside:
         print(f"\n{inside(runs, controls)}")
-    for run in runs if args.attention else []:
-        print(f"\n{operand_attention(run.folder)}")
+    try:
+        for run in runs if args.attention else []:
+            print(f"\n{operand_attention(run.folder)}")
+    except UserError as err:  # no best checkpoint yet, or not a run of modular-add
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     if args.out is not None:
         grokking_figure(runs, controls).savefig(args.out, dpi=110)
         print(f"figure: {args.out}")

@@ -55,6 +55,13 @@ class CtrlCAt(NullLogger):
             os.kill(os.getpid(), self.signal_number)
 
 
+class CtrlCWhileSettingUp(NullLogger):
+    """Presses Ctrl-C when the run folder exists but training has not begun (the loggers' start)."""
+
+    def start(self, run_dir, start_step):
+        os.kill(os.getpid(), signal.SIGINT)
+
+
 def tiny_data(seed=0, **sections):
     """The tiny config as plain data: sort on 5 symbols, a 1-layer d_model=16 decoder,
     12 steps on the CPU, no attention maps. Each keyword is a section whose keys replace the base's, e.g.

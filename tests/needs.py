@@ -17,7 +17,7 @@ import pytest
 
 
 def in_ci() -> bool:
-    """True when `CI` is set to anything but an empty string, 0 or false (CI services set it to true or 1)."""
+    """True when `CI` is set to anything but an empty string, 0, false or no (CI services set it to true or 1)."""
     return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
 
 

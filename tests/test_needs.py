@@ -38,7 +38,10 @@ def test_with_ci_set_a_missing_chromium_fails_the_browser_tests():
     assert "CI is set, and CI runs every test" in done.stdout
 
 
-@pytest.mark.parametrize(("value", "set_"), [("1", True), ("true", True), ("", False), ("0", False), ("false", False)])
-def test_ci_counts_as_set_unless_empty_zero_or_false(monkeypatch, value, set_):
+CI_VALUES = [("1", True), ("true", True), ("", False), ("0", False), ("false", False), ("no", False)]
+
+
+@pytest.mark.parametrize(("value", "set_"), CI_VALUES)
+def test_ci_counts_as_set_unless_empty_zero_false_or_no(monkeypatch, value, set_):
     monkeypatch.setenv("CI", value)
     assert in_ci() is set_

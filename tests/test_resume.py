@@ -1,7 +1,7 @@
 """`--resume`: a resumed run ends as the uninterrupted one would (weights, metrics, optimizer
 settings), after Ctrl-C or a kill; a refused resume changes nothing."""
 
-import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -13,6 +13,7 @@ from conftest import (
     SUBPROCESS_ENV,
     TINY,
     CtrlCAt,
+    CtrlCWhileSettingUp,
     assert_same_weights,
     assert_user_error,
     copy_run,
@@ -43,13 +44,6 @@ def test_ctrl_c_then_resume_ends_with_the_same_weights(optimizer, tmp_path):
     assert resumed.run_dir == stopped.run_dir and resumed.step == 12 and not resumed.interrupted
 
     assert_same_weights(final_weights(uninterrupted.run_dir), final_weights(resumed.run_dir))
-
-
-class CtrlCWhileSettingUp(NullLogger):
-    """Presses Ctrl-C when the run folder exists but training has not begun (the loggers' start)."""
-
-    def start(self, run_dir, start_step):
-        os.kill(os.getpid(), signal.SIGINT)
 
 
 def test_a_ctrl_c_while_the_run_is_set_up_saves_it_at_its_first_step_boundary(tmp_path):
@@ -159,6 +153,25 @@ def test_resume_after_a_kill_drops_metrics_past_the_checkpoint_and_stale_tempora
     assert [(r["step"], r["split"], r["loss"]) for r in resumed] == [
         (r["step"], r["split"], r["loss"]) for r in read_metrics(whole.run_dir)
     ]
+
+
+def test_the_steps_a_resume_says_it_redoes_end_where_its_budget_does(tmp_path):
+    # Killed after step 10 with last.pt at step 8: resumed with train.steps=9, only step 9 is redone.
+    config = tiny_config(train={"checkpoint_every": 4})
+    with pytest.raises(RuntimeError):
+        train(config, runs_dir=tmp_path, loggers=[CrashAt(10)])
+    (run_dir,) = tmp_path.iterdir()
+    for steps, said in (
+        (9, "resumed from step 8 (last.pt); step 9 will be redone"),
+        (8, "resumed from step 8 (last.pt)"),
+    ):
+        log = RecordingLogger()
+        shutil.copytree(run_dir, tmp_path / f"copy-{steps}")
+        train(
+            tiny_config(train={"checkpoint_every": 4, "steps": steps}), resume=tmp_path / f"copy-{steps}", loggers=[log]
+        )
+        ((step, redone),) = log.of("resumed")
+        assert resume_line(step, redone) == said
 
 
 def test_a_resumed_run_logs_the_same_training_averages_as_an_uninterrupted_one(tmp_path):

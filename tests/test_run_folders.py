@@ -12,6 +12,7 @@ import yaml
 from conftest import (
     SUBPROCESS_ENV,
     TINY,
+    CtrlCWhileSettingUp,
     assert_user_error,
     copy_run,
     deny_entry,
@@ -80,7 +81,21 @@ def test_the_default_run_is_the_newest_with_a_checkpoint(run, tmp_path):
     assert newest_run(runs) == good and skipped_runs(runs) == [crashed]
     result = invoke("eval", "--runs-dir", runs)
     assert result.exit_code == 0 and f"run {good}" in result.stdout
-    assert f"note: skipping {crashed} (no checkpoint yet)" in result.stderr
+    assert f"note: skipping {crashed} (no best checkpoint yet)" in result.stderr
+
+
+def test_a_run_stopped_before_its_first_evaluation_is_passed_over_for_its_best_checkpoint(run, tmp_path):
+    # Ctrl-C while a run is set up saves last.pt at step 0 and no best.pt: a command asking for the
+    # best checkpoint takes the older trained run; one asking for the last takes the new one.
+    runs = tmp_path / "runs"
+    good = copy_run(run, runs)
+    stopped = train(tiny_config(), runs_dir=runs, name="stopped", loggers=[CtrlCWhileSettingUp()]).run_dir
+    assert checkpoint_path(stopped, "last").is_file() and not checkpoint_path(stopped, "best").is_file()
+    best = invoke("eval", "--runs-dir", runs)
+    assert best.exit_code == 0 and best.stdout.startswith(f"run {good} (best checkpoint"), best.output
+    assert f"note: skipping {stopped} (no best checkpoint yet)" in best.stderr
+    last = invoke("eval", "--runs-dir", runs, "--checkpoint", "last")
+    assert last.exit_code == 0 and last.stdout.startswith(f"run {stopped} (last checkpoint, step 0)"), last.output
 
 
 def test_a_run_picked_by_default_is_named_first_and_in_errors_about_its_model(run, runs):

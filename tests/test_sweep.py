@@ -287,6 +287,8 @@ def test_the_commands_sweep_prints_paste_as_they_are_with_the_storage(tmp_path):
     from tinytf.sweep.study import open_study
 
     assert show_command(Path("my sweeps/lr"), None) == "tinytf sweep show 'my sweeps/lr'"
+    hidden = show_command(Path("lr"), "postgresql://me:s3cret@db.example/sweeps")
+    assert hidden == "tinytf sweep show lr --storage 'postgresql://me:***@db.example/sweeps'"
     path = write_sweep(tmp_path, seeds=[0])
     sweep, base, _ = load_sweep(path)
     url = f"sqlite:///{tmp_path / 'sweeps.db'}"

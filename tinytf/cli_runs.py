@@ -31,9 +31,9 @@ def load_chosen_run(run: Path | None, runs_dir: Path, checkpoint: Checkpoint) ->
     from tinytf.runs import load_run, resolve_run, skipped_runs, training_process
 
     if run is None:
-        for skipped in skipped_runs(runs_dir):
-            typer.echo(f"note: skipping {skipped} (no checkpoint yet)", err=True)
-    run_dir = resolve_run(run, runs_dir)
+        for skipped in skipped_runs(runs_dir, checkpoint.value):
+            typer.echo(f"note: skipping {skipped} (no {checkpoint.value} checkpoint yet)", err=True)
+    run_dir = resolve_run(run, runs_dir, checkpoint.value)
     if (pid := training_process(run_dir)) is not None:
         which = f"the newest run, {run_dir}," if run is None else str(run_dir)
         note = f"{which} is still training (process {pid}); using its {checkpoint.value} checkpoint so far"

@@ -81,11 +81,12 @@ def prepare_run_dir(
     """The run folder, locked (on `lock`) and claimed, with its config and vocabulary: a new
     one, made only now that the config and the task's data have proven usable, or the
     resumed one, tidied up to its last checkpoint at `step`; and for a resumed run the last
-    step whose metrics it dropped, to be logged again (None: none dropped)."""
+    step whose metrics it dropped that it trains again, within its budget (None: none)."""
     redone = None
     if resume is not None:
         run_dir = resume
-        redone = tidy_for_resume(run_dir, step)
+        dropped = tidy_for_resume(run_dir, step)
+        redone = min(dropped, config.train.steps) if dropped is not None and config.train.steps > step else None
     else:
         run_dir = create_run_dir(runs_dir, name)
         lock.enter_context(exclusive_training(run_dir))
@@ -226,26 +227,29 @@ def is_run_dir(path: Path) -> bool:
     return (path / CONFIG_FILE).is_file()
 
 
-def newest_run(runs_dir: str | Path) -> Path:
-    """The most recently modified run folder under `runs_dir` that has a checkpoint (a run
-    that crashed or was stopped before its first one has nothing to look at)."""
+def newest_run(runs_dir: str | Path, which: str | None = None) -> Path:
+    """The most recently modified run folder under `runs_dir` that has a checkpoint, or the
+    `which` one ("best", "last"): a run that crashed or was stopped before it has nothing
+    to look at."""
     runs = _runs_newest_first(runs_dir)
     if not runs:
         raise UserError(f"no runs in {runs_dir}/; train one first: tinytf train configs/quickstart.yaml")
-    with_checkpoint = [run for run in runs if has_checkpoint(run)]
+    with_checkpoint = [run for run in runs if has_checkpoint(run, which)]
     if not with_checkpoint:
-        raise UserError(f"no run in {runs_dir}/ has a checkpoint yet (the newest is {runs[0].name}); train longer")
+        kind = f"a {which} checkpoint" if which else "a checkpoint"
+        raise UserError(f"no run in {runs_dir}/ has {kind} yet (the newest is {runs[0].name}); train longer")
     return with_checkpoint[0]
 
 
-def skipped_runs(runs_dir: str | Path) -> list[Path]:
-    """The runs newer than `newest_run(runs_dir)` that it passed over: none has a checkpoint."""
+def skipped_runs(runs_dir: str | Path, which: str | None = None) -> list[Path]:
+    """The runs newer than `newest_run(runs_dir, which)` that it passed over."""
     runs = _runs_newest_first(runs_dir)
-    return runs[: next((i for i, run in enumerate(runs) if has_checkpoint(run)), len(runs))]
+    return runs[: next((i for i, run in enumerate(runs) if has_checkpoint(run, which)), len(runs))]
 
 
-def has_checkpoint(run_dir: Path) -> bool:
-    return any(checkpoint_path(run_dir, which).is_file() for which in ("last", "best"))
+def has_checkpoint(run_dir: Path, which: str | None = None) -> bool:
+    """Whether `run_dir` holds the `which` checkpoint ("best", "last"); None: either."""
+    return any(checkpoint_path(run_dir, kind).is_file() for kind in ([which] if which else ["last", "best"]))
 
 
 def _runs_newest_first(runs_dir: str | Path) -> list[Path]:
@@ -254,10 +258,10 @@ def _runs_newest_first(runs_dir: str | Path) -> list[Path]:
     return sorted(runs, key=lambda path: (path / CONFIG_FILE).stat().st_mtime, reverse=True)
 
 
-def resolve_run(run: str | Path | None, runs_dir: str | Path = "runs") -> Path:
-    """`--run` as given, or the newest run under `runs_dir`."""
+def resolve_run(run: str | Path | None, runs_dir: str | Path = "runs", which: str | None = None) -> Path:
+    """`--run` as given, or the newest run under `runs_dir` (that has the `which` checkpoint)."""
     if run is None:
-        return newest_run(runs_dir)
+        return newest_run(runs_dir, which)
     run_dir = Path(run)
     if not run_dir.is_dir():
         raise UserError(f"{run_dir}: run folder not found")

@@ -16,8 +16,8 @@ held-out inputs: logging never changes the training run.
 
 Ctrl-C (SIGINT) asks the loop to stop at the end of the current step; it saves
 last.pt and returns with `interrupted=True`. A second Ctrl-C stops at once. `train`
-listens from before it makes the run folder, so a Ctrl-C while the run is being set up
-saves it at its first step boundary too: a run folder always gets its checkpoint.
+listens from before it makes the run folder, so a first Ctrl-C while the run is being set
+up saves it at its first step boundary too (a second one stops at once, as ever).
 `train(config, resume=run_dir)` continues exactly where last.pt left off: same
 weights, optimizer moments, random streams and step (the schedule follows from the step). The optimizer's settings
 (train.lr, betas, weight decay) are the resumed config's, so `--set train.lr=...` applies.

@@ -86,7 +86,12 @@ def run_sweep(
 
 def show_command(folder: Path, storage: str | None) -> str:
     """The `tinytf sweep show` command for the sweep in `folder` (stored at `storage`, if
-    given), shell-quoted to paste as it is."""
+    given), shell-quoted to paste as it is; a database password is shown as *** (printed
+    commands end up in logs), to be typed again."""
+    from sqlalchemy.engine import make_url
+
+    if storage is not None and make_url(storage).password:
+        storage = make_url(storage).render_as_string(hide_password=True)
     return shlex.join(["tinytf", "sweep", "show", str(folder), *(["--storage", storage] if storage else [])])
 
 

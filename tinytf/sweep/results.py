@@ -92,8 +92,8 @@ def _target(folder: Path, rows: list[Row]) -> float | None:
     if run is None or not (run / "config.yaml").is_file():
         return None
     with contextlib.suppress(ConfigError):
-        target = read_yaml(run / "config.yaml").get("train", {}).get("stop_at_accuracy")
-        return target if isinstance(target, int | float) else None
+        target = (read_yaml(run / "config.yaml").get("train") or {}).get("stop_at_accuracy")
+        return target if isinstance(target, int | float) and not isinstance(target, bool) else None
     return None
 
 
@@ -245,7 +245,7 @@ def sweep_figure(results: Results) -> Figure:
 def metric_label(metric: str, target: float | None) -> str:
     """What the objective's `metric` measures, with its unit; `target`: the held-out exact
     match a *_to_target metric waits for (train.stop_at_accuracy), if known."""
-    reached = f"{target:.0%}" if target is not None else "the target (train.stop_at_accuracy)"
+    reached = f"{target * 100:g}%" if target is not None else "the target (train.stop_at_accuracy)"
     return {
         "time_to_target": f"seconds to {reached} held-out exact match",
         "steps_to_target": f"steps to {reached} held-out exact match",
