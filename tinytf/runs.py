@@ -302,9 +302,9 @@ def load_task(run_dir: Path, config: Config) -> Task:
 
 
 def load_run(run_dir: str | Path | None = None, which: str = "best", device: str | torch.device = "cpu") -> LoadedRun:
-    """A trained model from its run folder (None: the newest under ./runs, as the commands
-    pick without --run), with its task, framing and saved vocabulary."""
-    run_dir = resolve_run(run_dir)
+    """A trained model from its run folder (None: the newest under ./runs with the `which`
+    checkpoint, as the commands pick without --run), with its task, framing and saved vocabulary."""
+    run_dir = resolve_run(run_dir, which=which)
     config = load_run_config(run_dir / CONFIG_FILE, data=False)  # the saved vocabulary is all it needs
     task = load_task(run_dir, config)
     path = checkpoint_path(run_dir, which)

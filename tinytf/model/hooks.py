@@ -30,10 +30,11 @@ fused kernel runs, as in a plain forward pass (see attention.py).
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Callable, Collection, Mapping
 
 import torch
+
+from tinytf.errors import did_you_mean
 
 # A hook gets the value at its name and returns the value to use instead, a tensor of the
 # same shape and dtype (None: keep it).
@@ -102,6 +103,5 @@ def _check_replacement(name: str, value: torch.Tensor, replaced: object) -> None
 
 
 def _unknown(name: str, valid_names: list[str]) -> str:
-    close = difflib.get_close_matches(name, valid_names, n=1)
-    hint = f"; did you mean {close[0]!r}?" if close else f"; this model has {', '.join(valid_names[:6])}, ..."
+    hint = did_you_mean(name, valid_names) or f"; this model has {', '.join(valid_names[:6])}, ..."
     return f"no activation is named {name!r}{hint} (model.hook_names() lists them all)"

@@ -90,8 +90,8 @@ def show_command(folder: Path, storage: str | None) -> str:
     commands end up in logs), to be typed again."""
     from sqlalchemy.engine import make_url
 
-    if storage is not None and make_url(storage).password:
-        storage = make_url(storage).render_as_string(hide_password=True)
+    if storage is not None and (url := make_url(storage)).password:
+        storage = url.render_as_string(hide_password=True)
     return shlex.join(["tinytf", "sweep", "show", str(folder), *(["--storage", storage] if storage else [])])
 
 
