@@ -13,7 +13,7 @@ and s2 >= 5 x s1. With --check the exit status is 1 unless every run (controls a
 
 The figure: training-set and held-out accuracy against the step, on a log axis (controls
 dashed); the weight norm; the Fourier spectrum of the first run's number embedding at s1
-and at its last evaluation (tinytf/fourier.py).
+and at its last evaluation (tinytf/inspect/fourier.py).
 
 With --attention, for each run's best checkpoint: how the query that predicts c (the task's
 `operands` pattern) splits each head's attention between a and b over the whole held-out
@@ -110,7 +110,7 @@ def inside(runs: list[Run], controls: list[Run]) -> str:
     s1, its highest, at the last evaluation), the Fourier spectrum's top-5 share (at the first
     evaluation, at s1, at the last), the strongest frequencies at the last, and held-out
     accuracy over the run's second half. "-" where a run has no s1 or s2."""
-    from tinytf.fourier import top_share  # (imports torch)
+    from tinytf.inspect.fourier import top_share  # (imports torch)
 
     rows = [
         "| run | held-out 1,000 steps before s2 | lowest training set after s1 | weight norm: first, s1, "
@@ -203,7 +203,7 @@ def operand_attention(folder: Path) -> str:
     import torch
 
     import tinytf
-    from tinytf.data import TaskData
+    from tinytf.data.heldout import TaskData
     from tinytf.model.names import act_name, head_name
 
     run = tinytf.load_run(folder)

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 import tinytf
-from tinytf.loggers import RecordingLogger
+from tinytf.training.loggers import RecordingLogger
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = {

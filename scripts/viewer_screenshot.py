@@ -64,11 +64,11 @@ def page_sizes(configs: list[Path]) -> None:
     import torch
 
     import tinytf
-    from tinytf.attend import attention_report
-    from tinytf.framing import get_framing
-    from tinytf.heads import head_scores
+    from tinytf.data.framing import get_framing
+    from tinytf.inspect.attend import attention_report
+    from tinytf.inspect.heads import head_scores
+    from tinytf.inspect.viewer import attention_page
     from tinytf.tasks import get_task
-    from tinytf.viewer import attention_page
 
     torch.manual_seed(0)
     for path in configs:

@@ -23,11 +23,11 @@ import torch
 import yaml
 from typer.testing import CliRunner
 
-from tinytf.checkpoint import load_checkpoint
-from tinytf.cli import app
+from tinytf.cli.app import app
 from tinytf.config import config_from_dict
-from tinytf.loggers import NullLogger
-from tinytf.runs import checkpoint_path
+from tinytf.run.checkpoint import load_checkpoint
+from tinytf.run.folder import checkpoint_path
+from tinytf.training.loggers import NullLogger
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = sorted((ROOT / "configs").rglob("*.yaml"))  # configs/rasp/ too

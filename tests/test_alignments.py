@@ -7,9 +7,9 @@ import pytest
 import torch
 
 import tinytf
-from tinytf.batch import IGNORE, single_pair
 from tinytf.config import TaskConfig
-from tinytf.framing import get_framing
+from tinytf.data.batch import IGNORE, single_pair
+from tinytf.data.framing import get_framing
 from tinytf.tasks import TASKS, get_task
 from tinytf.tasks.sentences import ADJECTIVES, DETERMINERS, NOUNS, PREPOSITIONS, TRANSITIVE, Grammar
 

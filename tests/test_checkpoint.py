@@ -10,9 +10,16 @@ import pytest
 import torch
 from conftest import assert_user_error, copy_run, deny_entry, invoke, snapshot, tiny_config, train_tiny_run
 
-from tinytf.checkpoint import FORMAT, CheckpointError, config_mismatch, load_checkpoint, save_checkpoint, trained_with
-from tinytf.optim import learning_rate
-from tinytf.runs import checkpoint_path
+from tinytf.run.checkpoint import (
+    FORMAT,
+    CheckpointError,
+    config_mismatch,
+    load_checkpoint,
+    save_checkpoint,
+    trained_with,
+)
+from tinytf.run.folder import checkpoint_path
+from tinytf.training.optim import learning_rate
 
 
 def test_checkpoint_writes_are_atomic(tmp_path, monkeypatch):

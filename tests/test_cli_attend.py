@@ -23,10 +23,10 @@ from conftest import (
     write_config,
 )
 
-from tinytf.attend import attention_report
-from tinytf.checkpoint import load_checkpoint, save_checkpoint
-from tinytf.runs import checkpoint_path, load_run
-from tinytf.viz import ASCII_SHADES, SHADES, terminal_shades
+from tinytf.inspect.attend import attention_report
+from tinytf.inspect.viz import ASCII_SHADES, SHADES, terminal_shades
+from tinytf.run.checkpoint import load_checkpoint, save_checkpoint
+from tinytf.run.folder import checkpoint_path, load_run
 
 
 def test_attend_json_holds_the_model_s_own_weights(trained):
@@ -85,7 +85,7 @@ def test_attend_table_npz_and_png(trained, tmp_path, monkeypatch):
 def test_attend_out_help_says_what_each_format_does_without_it(run, tmp_path, monkeypatch):
     from typer.main import get_command
 
-    from tinytf.cli import app
+    from tinytf.cli.app import app
 
     (out,) = [param for param in get_command(app).commands["attend"].params if param.name == "out"]
     assert "json prints to the terminal" in out.help and "a new attention.npz, .png or .html" in out.help
@@ -274,7 +274,7 @@ def test_out_in_a_missing_folder_is_refused_before_the_model_runs(runs, tmp_path
     def never(*args, **kwargs):
         raise AssertionError("the model ran")
 
-    monkeypatch.setattr("tinytf.cli_runs.load_chosen_run", never)
+    monkeypatch.setattr("tinytf.cli.runs.load_chosen_run", never)
     missing = tmp_path / "missing"
     for output_format in OUT_FORMATS:
         result = invoke("attend", "1 2 3", "--runs-dir", runs, "--format", output_format, "--out", missing / "a")

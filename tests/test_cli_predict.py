@@ -9,12 +9,12 @@ import pytest
 import torch
 from conftest import TINY, assert_user_error, invoke, tiny_data, unblocked_after, write_config
 
-from tinytf import cli
+from tinytf.cli import app as cli
 from tinytf.config import config_from_dict
-from tinytf.evaluate import evaluate, predict
-from tinytf.framing import LM_CONTINUATION, get_framing
-from tinytf.model import build_model
-from tinytf.runs import load_run
+from tinytf.data.framing import LM_CONTINUATION, get_framing
+from tinytf.inspect.evaluate import evaluate, predict
+from tinytf.run.folder import load_run
+from tinytf.run.setup import build_model
 from tinytf.tasks import get_task
 
 

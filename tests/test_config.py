@@ -19,10 +19,10 @@ from tinytf.config import (
     parse_config,
     read_config,
 )
-from tinytf.data import TaskData
+from tinytf.data.framing import FRAMINGS
+from tinytf.data.heldout import TaskData
 from tinytf.errors import ConfigError
-from tinytf.experiment import load_config, save_config
-from tinytf.framing import FRAMINGS
+from tinytf.run.setup import load_config, save_config
 from tinytf.tasks import get_task
 
 try:
@@ -262,7 +262,7 @@ def test_loading_never_executes_yaml_tags(tmp_path):
 
 # --------------------------------------------------------------------------- bounds
 
-# Every integer key's largest value (the reasons are in tinytf/config.py).
+# Every integer key's largest value (the reasons are in tinytf/config/__init__.py).
 UPPER_BOUNDS = {
     "seed": 2**63 - 1,
     "task.vocab_size": 10_000,

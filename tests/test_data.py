@@ -9,13 +9,13 @@ from conftest import ROOT
 from torch import nn
 
 import tinytf
-from tinytf.batch import IGNORE, single_pair
 from tinytf.config import TaskConfig, config_from_dict
-from tinytf.data import TaskData, example_hashes
+from tinytf.data.batch import IGNORE, single_pair
+from tinytf.data.framing import get_framing
+from tinytf.data.heldout import TaskData, example_hashes
 from tinytf.errors import ConfigError, NotApplicableError, UserError
-from tinytf.evaluate import evaluate, predict, scored_loss
-from tinytf.experiment import check_config
-from tinytf.framing import get_framing
+from tinytf.inspect.evaluate import evaluate, predict, scored_loss
+from tinytf.run.setup import check_config
 from tinytf.tasks import CONSTRUCTIONS, TASKS, Pairs, get_task
 from tinytf.tasks.vocab import UnknownTokenError, Vocabulary
 
@@ -146,7 +146,7 @@ def test_a_language_model_answers_no_question_and_the_error_names_what_it_does_i
         framing.answers(model, single_pair(prompt))
     assert isinstance(raised.value, NotImplementedError)
     # What the message offers instead works: a continuation, as text and as ids.
-    assert "tinytf.evaluate.predict(model, framing, texts)" in str(raised.value)
+    assert "tinytf.inspect.evaluate.predict(model, framing, texts)" in str(raised.value)
     ((read, written),) = predict(model, framing, ["the cat"])
     assert read == ["<bos>", "the", "cat"] and written
     assert "framing.answer_typed(model, [framing.typed_input(text, model.config.max_len)])" in str(raised.value)

@@ -8,9 +8,9 @@ from conftest import tiny_config
 from torch import nn
 
 from tinytf.device import model_device, select_device, step_autocast, step_precision
-from tinytf.distributed import OneProcess
 from tinytf.errors import UserError
-from tinytf.training import _assemble
+from tinytf.training.distributed import OneProcess
+from tinytf.training.trainer import _assemble
 
 
 def test_unavailable_device_is_a_user_error():

@@ -24,10 +24,10 @@ import pytest
 import torch
 from conftest import SUBPROCESS_ENV, CtrlCAt, invoke, read_metrics, tiny_config, tiny_data, write_config
 
-from tinytf.checkpoint import load_checkpoint
-from tinytf.distributed import JobFailed, TorchrunJob, threads_per_process
-from tinytf.runs import checkpoint_path, load_run
-from tinytf.training import train
+from tinytf.run.checkpoint import load_checkpoint
+from tinytf.run.folder import checkpoint_path, load_run
+from tinytf.training.distributed import JobFailed, TorchrunJob, threads_per_process
+from tinytf.training.trainer import train
 
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
 
@@ -52,7 +52,7 @@ if os.environ["RANK"] == "0":
 LIST_THREADS = """
 import atexit, os
 from pathlib import Path
-import tinytf.distributed
+import tinytf.training.distributed
 def _list_threads(when):
     names = []
     for tid in os.listdir("/proc/self/task"):
@@ -61,17 +61,17 @@ def _list_threads(when):
         except FileNotFoundError:  # the thread ended meanwhile
             pass
     Path(f"threads.{os.environ['RANK']}.{when}").write_text("\\n".join(names))
-_destroy = tinytf.distributed.dist.destroy_process_group
+_destroy = tinytf.training.distributed.dist.destroy_process_group
 def _listing_destroy(*args, **kwargs):
     _list_threads("before")
     return _destroy(*args, **kwargs)
-tinytf.distributed.dist.destroy_process_group = _listing_destroy
+tinytf.training.distributed.dist.destroy_process_group = _listing_destroy
 atexit.register(_list_threads, "at-exit")
 """
 
 RUN_CLI = """
 import sys
-from tinytf.cli import main
+from tinytf.cli.app import main
 sys.argv = ["tinytf", *sys.argv[1:]]
 main()
 """
@@ -248,7 +248,7 @@ def test_resume_after_every_process_was_killed_replays_the_lost_steps_exactly_an
     pause = """
         import os, time
         from pathlib import Path
-        from tinytf.training import Trainer
+        from tinytf.training.trainer import Trainer
         Path(f"pid.{os.environ['RANK']}").write_text(str(os.getpid()))
         _step = Trainer._train_step
         def _pausing(self, *args):
@@ -330,7 +330,7 @@ def test_no_gloo_thread_outlives_the_job(equal_runs):
 
 def test_a_process_that_fails_stops_the_job_within_seconds(tmp_path):
     crash = """
-        from tinytf.training import Trainer
+        from tinytf.training.trainer import Trainer
         _step = Trainer._train_step
         def _failing(self, *args):
             if self.step == 3 and self.job.rank == 1:

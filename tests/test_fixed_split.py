@@ -5,16 +5,16 @@ import pytest
 import torch
 from conftest import CtrlCAt, assert_same_weights, assert_user_error, final_weights, invoke, read_metrics, write_config
 
-from tinytf import viz
 from tinytf.config import TaskConfig, config_from_dict
-from tinytf.data import TaskData
-from tinytf.distributed import Launch, OneProcess
+from tinytf.data.heldout import TaskData
 from tinytf.errors import ConfigError, UserError
-from tinytf.evaluate import evaluate
-from tinytf.experiment import check_config
-from tinytf.loggers import RecordingLogger
+from tinytf.inspect import viz
+from tinytf.inspect.evaluate import evaluate
+from tinytf.run.setup import check_config
 from tinytf.tasks import get_task
-from tinytf.training import _assemble, train
+from tinytf.training.distributed import Launch, OneProcess
+from tinytf.training.loggers import RecordingLogger
+from tinytf.training.trainer import _assemble, train
 
 
 def modular_data(**sections):
@@ -156,7 +156,7 @@ def test_a_resumed_runs_spectrum_image_starts_from_the_spectra_before(tmp_path, 
 
 
 def test_an_encoder_answers_c_at_the_first_numbers_position_and_eos_after():
-    from tinytf.framing import get_framing
+    from tinytf.data.framing import get_framing
 
     task = get_task(TaskConfig(name="modular-add", modulus=11, train_fraction=0.4))
     pairs = TaskData(task, seed=0).train_pairs(5)

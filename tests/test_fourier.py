@@ -9,13 +9,13 @@ import torch
 from conftest import read_metrics
 from test_fixed_split import modular_config
 
-from tinytf.checkpoint import load_checkpoint
-from tinytf.fourier import fourier_basis, frequency_norms, top_share
-from tinytf.loggers import RecordingLogger
-from tinytf.runs import checkpoint_path
+from tinytf.inspect.fourier import fourier_basis, frequency_norms, top_share
+from tinytf.inspect.viz import figure_pixels, spectrum_figure
+from tinytf.run.checkpoint import load_checkpoint
+from tinytf.run.folder import checkpoint_path
 from tinytf.tasks import get_task
-from tinytf.training import Trainer, train
-from tinytf.viz import figure_pixels, spectrum_figure
+from tinytf.training.loggers import RecordingLogger
+from tinytf.training.trainer import Trainer, train
 
 
 @pytest.mark.parametrize("p", [2, 7, 8, 113])

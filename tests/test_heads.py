@@ -1,4 +1,4 @@
-"""Head-pattern scores, entropy and ablation (tinytf/heads.py, `tinytf heads`)."""
+"""Head-pattern scores, entropy and ablation (tinytf/inspect/heads.py, `tinytf heads`)."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ import pytest
 import torch
 from conftest import assert_user_error, invoke, tiny_config, train_tiny_run
 
-from tinytf.attend import attention_report, attention_sides
 from tinytf.config import config_from_dict
-from tinytf.framing import get_framing
-from tinytf.heads import GENERIC_PATTERNS, HeadScore, head_scores, pattern_mass, row_entropy, token_patterns
-from tinytf.model import build_model
+from tinytf.data.framing import get_framing
+from tinytf.inspect.attend import attention_report, attention_sides
+from tinytf.inspect.heads import GENERIC_PATTERNS, HeadScore, head_scores, pattern_mass, row_entropy, token_patterns
+from tinytf.run.setup import build_model
 from tinytf.tasks import get_task
 
 
@@ -211,7 +211,7 @@ def test_ablating_a_head_whose_w_o_is_zero_changes_nothing(how):
 
 def test_zero_ablation_is_the_hook_on_z():
     """The ablated loss is the loss of run_with_hooks with that head's z zeroed."""
-    from tinytf.evaluate import scored_loss
+    from tinytf.inspect.evaluate import scored_loss
 
     model, framing, task = tiny_model("decoder")
     pairs = task.sample(16, torch.Generator().manual_seed(2))

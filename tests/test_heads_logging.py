@@ -6,17 +6,17 @@ import pytest
 import torch
 from conftest import tiny_config
 
-from tinytf.checkpoint import load_checkpoint
 from tinytf.config import config_from_dict
-from tinytf.data import TaskData
-from tinytf.framing import get_framing
-from tinytf.heads import GENERIC_PATTERNS, HeadReport, HeadScore, head_scores
-from tinytf.loggers import MetricsFileLogger, NullLogger, ProgressBarLogger, RecordingLogger, TensorBoardLogger
-from tinytf.model import build_model
-from tinytf.runs import checkpoint_path
+from tinytf.data.framing import get_framing
+from tinytf.data.heldout import TaskData
+from tinytf.inspect.heads import GENERIC_PATTERNS, HeadReport, HeadScore, head_scores
+from tinytf.inspect.viz import HeadScoreImages, head_column_name, head_scores_figure
+from tinytf.run.checkpoint import load_checkpoint
+from tinytf.run.folder import checkpoint_path
+from tinytf.run.setup import build_model
 from tinytf.tasks import get_task
-from tinytf.training import N_HEAD_SCORE_INPUTS, Trainer, train
-from tinytf.viz import HeadScoreImages, head_column_name, head_scores_figure
+from tinytf.training.loggers import MetricsFileLogger, NullLogger, ProgressBarLogger, RecordingLogger, TensorBoardLogger
+from tinytf.training.trainer import N_HEAD_SCORE_INPUTS, Trainer, train
 
 MAPS = {"attention_every": 6}  # the tiny config draws no maps unless asked
 

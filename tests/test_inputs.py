@@ -11,12 +11,12 @@ import torch
 from conftest import assert_user_error, invoke, tiny_config, tiny_data, write_config
 
 import tinytf
-from tinytf.attend import attention_report
 from tinytf.config import TaskConfig
+from tinytf.data.framing import get_framing
 from tinytf.errors import UserError
-from tinytf.evaluate import evaluate, predict
-from tinytf.framing import get_framing
-from tinytf.model import build_model
+from tinytf.inspect.attend import attention_report
+from tinytf.inspect.evaluate import evaluate, predict
+from tinytf.run.setup import build_model
 from tinytf.tasks import TASKS, Pairs, get_task
 from tinytf.tasks.base import SymbolTask
 

@@ -8,15 +8,14 @@ import pytest
 import torch
 from conftest import CONFIGS, ROOT, assert_user_error, invoke, tiny_config
 
-import tinytf.training
-from tinytf import memory
+import tinytf.training.trainer
+from tinytf.data.framing import get_framing
 from tinytf.errors import ConfigError
-from tinytf.evaluate import scored_loss
-from tinytf.experiment import load_config
-from tinytf.framing import get_framing
-from tinytf.memory import GB, check_memory, estimate
-from tinytf.model import build_model
+from tinytf.inspect.evaluate import scored_loss
+from tinytf.run.setup import build_model, load_config
 from tinytf.tasks import get_task
+from tinytf.training import memory
+from tinytf.training.memory import GB, check_memory, estimate
 
 SORT_DECODER = ROOT / "configs" / "sort-decoder.yaml"
 # Each within its bound, together far beyond any laptop: a million held-out examples of
@@ -81,8 +80,8 @@ def test_sizes_that_cannot_fit_together_are_refused_before_anything_is_allocated
     def allocates(*args, **kwargs):
         raise AssertionError("the config was let through: training started to allocate")
 
-    monkeypatch.setattr(tinytf.training, "TaskData", allocates)
-    monkeypatch.setattr(tinytf.training, "build_model", allocates)
+    monkeypatch.setattr(tinytf.training.trainer, "TaskData", allocates)
+    monkeypatch.setattr(tinytf.training.trainer, "build_model", allocates)
     args = [arg for override in overrides for arg in ("--set", override)]
     result = invoke("train", SORT_DECODER, *args, "--runs-dir", tmp_path / "runs")
     assert_user_error(result, f"({largest}: ")

@@ -7,8 +7,8 @@ import torch
 
 import tinytf
 from tinytf.config import config_from_dict
-from tinytf.generation import greedy_generate
 from tinytf.model import Transformer
+from tinytf.model.generation import greedy_generate
 
 ARCHS = ["encoder", "decoder", "encoder-decoder"]
 VOCAB = 13
@@ -325,7 +325,7 @@ def test_greedy_generation_with_and_without_cache_agree(arch):
 def test_norm_none_builds_a_model_without_any_layernorm_that_trains(arch, tmp_path):
     from conftest import read_metrics, tiny_config
 
-    from tinytf.training import train
+    from tinytf.training.trainer import train
 
     config, pre = tiny_config(model={"arch": arch, "norm": "none"}), tiny_config(model={"arch": arch})
     model, with_norms = tinytf.build_model(config, 12), tinytf.build_model(pre, 12)

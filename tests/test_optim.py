@@ -1,4 +1,4 @@
-"""The optimizers (tinytf/optim.py, tinytf/muon.py): that Muon computes what it says and
+"""The optimizers (tinytf/training/optim.py, tinytf/training/muon.py): that Muon computes what it says and
 what torch.optim.Muon computes, which weights it takes, that the composite steps exactly
 as its parts would alone, and that the schedule and checkpoints reach both parts."""
 
@@ -9,11 +9,11 @@ import torch
 from conftest import tiny_config
 
 from tinytf.config import config_from_dict
-from tinytf.distributed import OneProcess
-from tinytf.model import build_model
-from tinytf.muon import NEWTON_SCHULZ, Muon, orthogonalise, stack_padded
-from tinytf.optim import CombinedOptimizer, make_optimizer
-from tinytf.training import _assemble
+from tinytf.run.setup import build_model
+from tinytf.training.distributed import OneProcess
+from tinytf.training.muon import NEWTON_SCHULZ, Muon, orthogonalise, stack_padded
+from tinytf.training.optim import CombinedOptimizer, make_optimizer
+from tinytf.training.trainer import _assemble
 
 
 def muon_config(train=None, **model):
@@ -104,7 +104,7 @@ def test_muon_in_bf16_steps_as_in_float32_to_bf16s_precision(monkeypatch):
         batches.append((matrices.dtype, tuple(matrices.shape)))
         return orthogonalise(matrices, steps)
 
-    monkeypatch.setattr("tinytf.muon.orthogonalise", orthogonalise_seen)
+    monkeypatch.setattr("tinytf.training.muon.orthogonalise", orthogonalise_seen)
     shapes = [(16, 48), (48, 16), (16, 16), (16, 48), (32, 16), (8, 24)]
     in_bf16, in_fp32, initial = random_matrices(shapes), random_matrices(shapes), random_matrices(shapes)
     step_three_times(Muon(in_bf16, lr=1e-2, weight_decay=0.1, dtype=torch.bfloat16), in_bf16)

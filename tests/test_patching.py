@@ -5,12 +5,12 @@ replacement written by hand with run_with_hooks, and bad pairs are one-line erro
 import pytest
 import torch
 
-from tinytf.batch import single_pair
 from tinytf.config import config_from_dict
+from tinytf.data.batch import single_pair
+from tinytf.data.framing import get_framing
 from tinytf.errors import UserError
-from tinytf.framing import get_framing
-from tinytf.model import build_model
-from tinytf.patching import attribute, logit_difference, patch, prompts_of
+from tinytf.inspect.patching import attribute, logit_difference, patch, prompts_of
+from tinytf.run.setup import build_model
 from tinytf.tasks import get_task
 from tinytf.tasks.sentences import MinimalPair, minimal_pairs
 

@@ -25,11 +25,11 @@ from conftest import (
     write_config,
 )
 
-from tinytf.checkpoint import load_checkpoint, save_checkpoint
 from tinytf.errors import ConfigError, UserError
-from tinytf.loggers import NullLogger, RecordingLogger, resume_line
-from tinytf.runs import checkpoint_path
-from tinytf.training import train
+from tinytf.run.checkpoint import load_checkpoint, save_checkpoint
+from tinytf.run.folder import checkpoint_path
+from tinytf.training.loggers import NullLogger, RecordingLogger, resume_line
+from tinytf.training.trainer import train
 
 
 @pytest.mark.parametrize("optimizer", ["adamw", "muon"])
@@ -197,21 +197,21 @@ def test_a_hand_edited_best_score_is_one_line_on_resume(run, tmp_path):
 # logged: the Ctrl-C test waits for that line (a blocking read), never for time to pass.
 ANNOUNCING_TINYTF = """
 import sys
-import tinytf.training
-from tinytf.cli import main
-from tinytf.loggers import NullLogger
+import tinytf.training.trainer
+from tinytf.cli.app import main
+from tinytf.training.loggers import NullLogger
 
 class AnnounceEvaluations(NullLogger):
     def metrics(self, step, split, values):
         if split == "val":
             print(f"evaluated step {step}", flush=True)
 
-real_train = tinytf.training.train
+real_train = tinytf.training.trainer.train
 
 def train(config, **kwargs):
     return real_train(config, **{**kwargs, "loggers": [*kwargs["loggers"], AnnounceEvaluations()]})
 
-tinytf.training.train = train
+tinytf.training.trainer.train = train
 sys.argv[0] = "tinytf"
 main()
 """

@@ -25,10 +25,10 @@ from conftest import (
     write_config,
 )
 
-from tinytf.checkpoint import load_checkpoint
 from tinytf.errors import UserError
 from tinytf.files import check_run_name
-from tinytf.runs import (
+from tinytf.run.checkpoint import load_checkpoint
+from tinytf.run.folder import (
     checkpoint_path,
     create_run_dir,
     exclusive_training,
@@ -37,7 +37,7 @@ from tinytf.runs import (
     skipped_runs,
     training_process,
 )
-from tinytf.training import train
+from tinytf.training.trainer import train
 
 
 def test_a_run_folder_holds_everything(tmp_path):
@@ -143,7 +143,7 @@ def test_a_killed_trainer_leaves_no_lock_behind(run, tmp_path):
     run = copy_run(run, tmp_path)
     holder = (
         "import sys, time\n"
-        "from tinytf.runs import exclusive_training\n"
+        "from tinytf.run.folder import exclusive_training\n"
         f"with exclusive_training({str(run)!r}):\n"
         "    print('locked', flush=True)\n"
         "    time.sleep(600)\n"

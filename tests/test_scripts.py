@@ -12,8 +12,8 @@ import pytest
 from conftest import ROOT, invoke, run_script, tiny_data, write_config
 
 import tinytf
-from tinytf.attend import attention_report
-from tinytf.data import TaskData
+from tinytf.data.heldout import TaskData
+from tinytf.inspect.attend import attention_report
 
 # Copying one of four symbols: the encoder gets every held-out input right at its first
 # evaluation (step 5); the decoder gets none right in its 10 steps.

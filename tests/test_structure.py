@@ -57,13 +57,15 @@ def test_the_import_graph_has_no_cycle():
 
 
 def test_the_config_schema_imports_nothing_of_tinytf_but_its_errors_and_file_readers():
-    schema_layer = {"tinytf.config_keys", "tinytf.errors", "tinytf.files", "tinytf.plain_yaml"}
+    schema_layer = {"tinytf.config.keys", "tinytf.errors", "tinytf.files", "tinytf.config.plain_yaml"}
     assert imported_modules(MODULES["tinytf.config"]) <= schema_layer
-    assert imported_modules(MODULES["tinytf.config_keys"]) <= schema_layer
+    assert imported_modules(MODULES["tinytf.config.keys"]) <= schema_layer
     assert imported_modules(MODULES["tinytf.errors"]) == set()
     program = "import sys, tinytf.config\nprint(sorted(m for m in sys.modules if m.startswith(('tinytf', 'torch'))))"
     result = subprocess.run([sys.executable, "-c", program], cwd=ROOT, capture_output=True, text=True, timeout=60)
-    expected = ["tinytf", "tinytf.config", "tinytf.config_keys", "tinytf.errors", "tinytf.files", "tinytf.plain_yaml"]
+    expected = sorted(
+        ["tinytf", "tinytf.config", "tinytf.config.keys", "tinytf.config.plain_yaml", "tinytf.errors", "tinytf.files"]
+    )
     assert result.stdout.strip() == str(expected), result.stderr
 
 
@@ -103,7 +105,7 @@ def test_only_the_model_and_the_framings_look_at_the_architecture():
     offenders = [
         f"{path.relative_to(ROOT)}:{line}"
         for name, path in MODULES.items()
-        if not (name.startswith("tinytf.model") or name == "tinytf.framing")
+        if not (name.startswith("tinytf.model") or name == "tinytf.data.framing")
         for line in architecture_comparisons(path.read_text())
     ]
     assert not offenders
@@ -125,7 +127,7 @@ def test_help_and_config_show_never_import_torch():
     """Every fast command in turn, in one fresh process: after each, torch is still not loaded."""
     program = (
         "import sys\n"
-        "from tinytf.cli import app\n"
+        "from tinytf.cli.app import app\n"
         f"for args in {FAST_COMMANDS!r}:\n"
         "    try:\n"
         "        app(args, prog_name='tinytf')\n"
@@ -148,7 +150,7 @@ def test_the_lazy_torch_is_the_real_torch_once_used():
     program = (
         "import sys\n"
         "from tinytf.lazy import torch\n"
-        "import tinytf.tasks, tinytf.framing, tinytf.experiment\n"
+        "import tinytf.tasks, tinytf.data.framing, tinytf.run.setup\n"
         "assert 'torch' not in sys.modules\n"
         "print(torch.ones(2).sum().item(), 'torch' in sys.modules)\n"
     )
@@ -156,48 +158,73 @@ def test_the_lazy_torch_is_the_real_torch_once_used():
     assert result.stdout.split() == ["2.0", "True"], result.stderr
 
 
-ARCHITECTURE_DOC = ROOT / "docs" / "architecture.md"  # the layers and where each idea lives
+# The layers, bottom up, by package (or foundation module). A module imports only from its
+# own layer or the ones below; the public import paths (tinytf/attend.py...) sit on top.
+LAYERS = [
+    ("errors", "lazy", "files", "device", "config"),  # no torch at load time; the config schema
+    ("tasks", "model"),  # the examples; the Transformer
+    ("data",),  # examples framed into batches for an architecture; held-out set, training stream
+    ("run",),  # one run: its setup, its folder, its checkpoints
+    ("inspect",),  # looking inside a model, and the figures that show it
+    ("training",),  # training one run
+    ("sweep",),  # many runs on Optuna
+    ("cli",),  # the command line
+]
+PUBLIC_PATHS = {"attend", "evaluate", "heads", "patching", "fourier", "framing", "loggers"}
 
 
-def modules_section() -> str:
-    """docs/architecture.md's "## Modules" section: the layers, then each module's role."""
-    text = ARCHITECTURE_DOC.read_text()
-    section = text[text.index("## Modules") :]
-    following = section.find("\n## ", 1)
-    return section if following == -1 else section[:following]
+def layer_of(name: str) -> int:
+    """The layer of a module: the first part of its name below tinytf."""
+    part = name.split(".")[1]
+    if part in PUBLIC_PATHS or part == "__main__":
+        return len(LAYERS)
+    return next(number for number, parts in enumerate(LAYERS) if part in parts)
 
 
-def test_the_architecture_doc_names_every_module():
-    section = modules_section()
-    for name, path in MODULES.items():
-        if name.startswith(("tinytf.model.", "tinytf.tasks.")) or path.name in ("__init__.py", "__main__.py"):
-            continue
-        assert f"`{path.name}`" in section, f"docs/architecture.md's Modules section does not mention {path.name}"
+def test_every_module_has_a_layer():
+    placed = [name for name in MODULES if name != "tinytf"]
+    assert all(name.split(".")[1] in PUBLIC_PATHS | {"__main__"} | set().union(*LAYERS) for name in placed)
+    flat = sorted(path.stem for path in PACKAGE.glob("*.py")) + sorted(
+        path.name for path in PACKAGE.iterdir() if path.is_dir() and (path / "__init__.py").exists()
+    )
+    assert set(flat) == {"__init__", "__main__"} | PUBLIC_PATHS | set().union(*LAYERS), flat
 
 
 def test_modules_import_only_from_their_layer_or_below():
-    layer_of = {}  # "viz.py" -> 2, "model/" -> 2
-    for line in modules_section().splitlines():
-        words = line.split()
-        if len(words) > 2 and words[0] == "layer":
-            for word in words[2:]:
-                if not word.endswith((".py", "/")):
-                    break  # the comment after the files
-                layer_of[word] = int(words[1])
-
-    def layer(name: str) -> int:
-        path = MODULES[name].relative_to(PACKAGE)
-        return layer_of[f"{path.parts[0]}/" if len(path.parts) > 1 else path.name]
-
-    placed = {name for name in MODULES if name not in ("tinytf", "tinytf.__main__")}
-    assert all(
-        MODULES[name].name in layer_of or f"{MODULES[name].relative_to(PACKAGE).parts[0]}/" in layer_of
-        for name in placed
-    ), "a module is missing from the layers of docs/architecture.md"
+    placed = [name for name in MODULES if name != "tinytf"]
     upward = [
-        f"{a} -> {b}" for a in placed for b in imported_modules(MODULES[a]) if b in placed and layer(b) > layer(a)
+        f"{a} -> {b}"
+        for a in placed
+        for b in imported_modules(MODULES[a])
+        if b != "tinytf" and layer_of(b) > layer_of(a)
     ]
     assert not upward
+
+
+def test_nothing_inside_tinytf_imports_a_public_path():
+    """The public paths re-export for scripts and notebooks; the code imports where things live."""
+    inside = [name for name in MODULES if name != "tinytf" and name.split(".")[1] not in PUBLIC_PATHS]
+    users = [
+        f"{a} -> {b}"
+        for a in inside
+        for b in imported_modules(MODULES[a])
+        if b.split(".")[-1] in PUBLIC_PATHS and b.count(".") == 1
+    ]
+    assert not users
+
+
+ARCHITECTURE_DOC = ROOT / "docs" / "architecture.md"  # the layers and where each idea lives
+
+
+def test_the_architecture_doc_names_every_module_and_package():
+    text = ARCHITECTURE_DOC.read_text()
+    for name, path in MODULES.items():
+        if path.name in ("__init__.py", "__main__.py") or name.split(".")[1] in {"model", "tasks"} | PUBLIC_PATHS:
+            continue
+        assert f"`{path.name}`" in text, f"docs/architecture.md does not mention {path.name}"
+    for parts in LAYERS:
+        for part in parts:
+            assert f"`{part}/`" in text or f"`{part}.py`" in text, f"docs/architecture.md does not mention {part}"
 
 
 def test_every_module_and_function_stays_short_enough_to_read():
@@ -232,7 +259,7 @@ def test_no_method_raises_a_bare_not_implemented_error():
 NAME_PARTS = "q|k|v|pattern|z|resid_pre|attn_out|resid_mid|cross_attn_out|resid_mid_cross|mlp_out|resid_post|self|cross"
 BUILT_NAME = re.compile(r'f"[^"\n]*(?:\}\.(?:' + NAME_PARTS + r")\b|\{[^}]*stack[^}]*\}\.\{|\{act_name\([^)]*\)\}\.)")
 READ_NAME = re.compile(r'\.split\("\."\)|\.(?:removesuffix|endswith)\("\.\w')
-CONFIG_KEY_MODULES = {"config.py", "config_keys.py", "experiment.py"}
+CONFIG_KEY_MODULES = {PACKAGE / "config" / "__init__.py", PACKAGE / "config" / "keys.py", PACKAGE / "run" / "setup.py"}
 
 
 def test_activation_names_are_built_and_read_in_one_place():
@@ -242,7 +269,7 @@ def test_activation_names_are_built_and_read_in_one_place():
         if path == PACKAGE / "model" / "names.py":
             continue
         for number, line in enumerate(path.read_text().splitlines(), start=1):
-            read = READ_NAME.search(line) and path.name not in CONFIG_KEY_MODULES
+            read = READ_NAME.search(line) and path not in CONFIG_KEY_MODULES
             if BUILT_NAME.search(line) or read:
                 found.append(f"{path.relative_to(ROOT)}:{number}: {line.strip()}")
     assert not found, "\n".join(found)

@@ -9,11 +9,11 @@ import torch
 from conftest import unblocked_after
 
 from tinytf import build_model
-from tinytf.batch import IGNORE
 from tinytf.config import ConfigProblem, TaskConfig, config_from_dict
+from tinytf.data.batch import IGNORE
+from tinytf.data.framing import get_framing
 from tinytf.errors import ConfigError, UserError
-from tinytf.experiment import check_config
-from tinytf.framing import get_framing
+from tinytf.run.setup import check_config
 from tinytf.tasks import TASKS, get_task
 from tinytf.tasks.base import SymbolTask
 from tinytf.tasks.sentences import (

@@ -25,17 +25,17 @@ from conftest import (
 )
 from needs import unavailable
 
-from tinytf.checkpoint import load_checkpoint
 from tinytf.config import config_from_dict
-from tinytf.data import TaskData
-from tinytf.distributed import OneProcess
-from tinytf.framing import get_framing
-from tinytf.loggers import MetricsFileLogger, NullLogger, ProgressBarLogger, RecordingLogger
-from tinytf.model import build_model
-from tinytf.optim import learning_rate, make_optimizer
-from tinytf.runs import checkpoint_path
+from tinytf.data.framing import get_framing
+from tinytf.data.heldout import TaskData
+from tinytf.run.checkpoint import load_checkpoint
+from tinytf.run.folder import checkpoint_path
+from tinytf.run.setup import build_model
 from tinytf.tasks import get_task
-from tinytf.training import (
+from tinytf.training.distributed import OneProcess
+from tinytf.training.loggers import MetricsFileLogger, NullLogger, ProgressBarLogger, RecordingLogger
+from tinytf.training.optim import learning_rate, make_optimizer
+from tinytf.training.trainer import (
     Trainer,
     TrainingDiverged,
     _assemble,

@@ -2,7 +2,6 @@
 escapes user text, its size, and the command line around it. What it *does* in a browser
 is tested in test_viewer_browser.py; `made_report` and `page_json` are shared with it."""
 
-import ast
 import base64
 import hashlib
 import json
@@ -10,12 +9,13 @@ import re
 
 import numpy as np
 import pytest
+import tomllib
 from conftest import ROOT, assert_user_error, invoke, train_tiny_run
 
-from tinytf.attend import AttentionMap, AttentionReport
-from tinytf.experiment import load_config
-from tinytf.heads import HeadReport, HeadScore
-from tinytf.viewer import MIN_LINE, WEIGHT_SCALE, attention_page, page_data, stored_weights
+from tinytf.inspect.attend import AttentionMap, AttentionReport
+from tinytf.inspect.heads import HeadReport, HeadScore
+from tinytf.inspect.viewer import MIN_LINE, WEIGHT_SCALE, attention_page, page_data, stored_weights
+from tinytf.run.setup import load_config
 
 HOSTILE_TOKENS = [
     "</script><script>window.pwned=1</script>",
@@ -175,9 +175,10 @@ def test_a_page_for_the_quickstart_model_at_its_longest_input_stays_under_a_mega
 
 def test_the_page_assets_ship_with_the_package():
     # A non-editable install copies only the package data pyproject.toml names.
-    (globs,) = re.findall(r"^tinytf = (\[.*\])$", (ROOT / "pyproject.toml").read_text(), re.M)
-    globs = ast.literal_eval(globs)
-    assets = sorted(path.relative_to(ROOT / "tinytf") for path in (ROOT / "tinytf" / "viewer_page").iterdir())
+    package_data = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
+    globs = package_data["tinytf.inspect"]
+    folder = ROOT / "tinytf" / "inspect"
+    assets = sorted(path.relative_to(folder) for path in (folder / "viewer_page").iterdir())
     assert {"page.html", "viewer.css", "viewer.js"} <= {path.name for path in assets}
     assert all(any(path.match(glob) for glob in globs) for path in assets), (assets, globs)
 

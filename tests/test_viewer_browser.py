@@ -15,7 +15,7 @@ from headless import BrowserMissing, chromium, chromium_path, offline_page, scre
 from needs import unavailable
 from test_viewer import HOSTILE_TOKENS, made_head_report, made_report
 
-from tinytf.viewer import MIN_LINE, WEIGHT_SCALE, attention_page
+from tinytf.inspect.viewer import MIN_LINE, WEIGHT_SCALE, attention_page
 
 TOKENS = ["<bos>", "the", "cat", "sat", "on", "the", "mat"]
 SOURCE = ["3", "1", "2", "0"]

@@ -5,10 +5,10 @@ bar with its scale, the values of a small grid, its axes)."""
 import numpy as np
 import pytest
 
-from tinytf.attend import AttentionMap, AttentionReport
-from tinytf.heatmaps import patch_figure
-from tinytf.patching import Patched, PatchReport
-from tinytf.viz import LayerImages, layer_figure, report_figure
+from tinytf.inspect.attend import AttentionMap, AttentionReport
+from tinytf.inspect.heatmaps import patch_figure
+from tinytf.inspect.patching import Patched, PatchReport
+from tinytf.inspect.viz import LayerImages, layer_figure, report_figure
 
 
 def random_map(rng, tokens):

@@ -22,18 +22,17 @@ from tinytf.config import Config
 from tinytf.errors import ConfigError, UserError
 
 if TYPE_CHECKING:
-    from tinytf.experiment import load_config
-    from tinytf.model import build_model
-    from tinytf.runs import load_run
-    from tinytf.training import train
+    from tinytf.run.folder import load_run
+    from tinytf.run.setup import build_model, load_config
+    from tinytf.training.trainer import train
 
 __all__ = ["Config", "ConfigError", "UserError", "build_model", "load_config", "load_run", "train"]
 
 _ENTRY_POINTS = {
-    "load_config": "tinytf.experiment",
-    "build_model": "tinytf.model",
-    "load_run": "tinytf.runs",
-    "train": "tinytf.training",
+    "load_config": "tinytf.run.setup",
+    "build_model": "tinytf.run.setup",
+    "load_run": "tinytf.run.folder",
+    "train": "tinytf.training.trainer",
 }
 
 

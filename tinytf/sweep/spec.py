@@ -30,9 +30,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, ValidationError, model_validator
 
 from tinytf.config import MAX_CONFIG_BYTES, Config, config_variants
+from tinytf.config.plain_yaml import Lines, read_yaml_file
 from tinytf.errors import ConfigError
-from tinytf.experiment import check_config
-from tinytf.plain_yaml import Lines, read_yaml_file
+from tinytf.run.setup import check_config
 
 METRICS = ("time_to_target", "steps_to_target", "val_loss", "val_seq_acc", "val_token_acc")
 MINIMIZED = ("time_to_target", "steps_to_target", "val_loss")  # the default direction of each metric

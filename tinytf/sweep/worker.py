@@ -20,8 +20,7 @@ import time
 import optuna
 
 from tinytf.errors import EXIT_INTERRUPTED, UserError
-from tinytf.experiment import load_config
-from tinytf.loggers import NullLogger
+from tinytf.run.setup import load_config
 from tinytf.sweep.spec import Job, Param, overrides
 from tinytf.sweep.study import (
     HOST,
@@ -34,7 +33,8 @@ from tinytf.sweep.study import (
     sampler_for,
     storage_for,
 )
-from tinytf.training import TrainingDiverged, train
+from tinytf.training.loggers import NullLogger
+from tinytf.training.trainer import TrainingDiverged, train
 
 PARENT_CHECK_S = 0.5  # how often a worker looks for its parent
 

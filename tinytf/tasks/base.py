@@ -1,5 +1,5 @@
 """What a task is: a seeded generator of (source, target) token sequences with its own
-vocabulary. Framing them for an architecture is `tinytf/framing.py`'s job, not the task's.
+vocabulary. Framing them for an architecture is `tinytf/data/framing.py`'s job, not the task's.
 A task describes itself (name, architectures, config keys, lengths) without torch, so
 that checking a config never imports it (see `tinytf/lazy.py`).
 

@@ -16,13 +16,18 @@ Nothing here imports torch.
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
+from os import PathLike
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from tinytf.config import Config, ConfigProblem, config_from_dict, dump_config, read_config, read_yaml
+from tinytf.data.framing import FRAMINGS, Framing, get_framing
 from tinytf.files import write_text_atomically
-from tinytf.framing import FRAMINGS, Framing, get_framing
-from tinytf.tasks import TASKS, Task
+from tinytf.tasks import TASKS, Task, get_task
+
+if TYPE_CHECKING:
+    from tinytf.model import Transformer
 
 COMMON_TASK_KEYS = ("name", "eval_size")  # every task has these
 
@@ -204,3 +209,26 @@ def _check_batch_size(config: Config, task: Task) -> None:
 def _framing_only_keys() -> set[str]:
     """Task keys that only some framings read (task.bos: not the language model's)."""
     return {key for framing in FRAMINGS.values() for key in framing.task_keys}
+
+
+def build_model(config: Config | Mapping[str, Any], vocab_size: int | None = None) -> Transformer:
+    """Build the Transformer that `config` describes.
+
+    config: a `Config`, or plain data shaped like the YAML file; validated and checked
+        against its task here (`tinytf.run.setup.check_config`).
+    vocab_size: size of the token vocabulary; by default the vocabulary of the config's task.
+    """
+    if isinstance(config, str | PathLike):
+        raise TypeError(f"build_model takes a config, not a file ({config!r}): call tinytf.load_config(path) first")
+    if not isinstance(config, Config | Mapping):
+        raise TypeError(
+            f"build_model: config must be a Config or a dict shaped like the YAML file, not {type(config).__name__}"
+        )
+    if not isinstance(config, Config):
+        config = config_from_dict(config)
+    check_config(config, data=False)  # a model needs no data: a text task's file may be gone
+    if vocab_size is None:
+        vocab_size = len(get_task(config.task).vocab)
+    from tinytf.model import Transformer  # torch, imported once a model is built
+
+    return Transformer(config.model, vocab_size)

@@ -29,13 +29,13 @@ from pathlib import Path
 import filelock
 import torch
 
-from tinytf.checkpoint import CheckpointError, config_mismatch, load_checkpoint, weights_mismatch
 from tinytf.config import Config
+from tinytf.data.framing import Framing, get_framing
 from tinytf.errors import ConfigError, UserError
-from tinytf.experiment import check_unchanged, load_run_config, save_config
 from tinytf.files import check_run_name, write_bytes_atomically, write_text_atomically
-from tinytf.framing import Framing, get_framing
-from tinytf.model import Transformer, build_model
+from tinytf.model import Transformer
+from tinytf.run.checkpoint import CheckpointError, config_mismatch, load_checkpoint, weights_mismatch
+from tinytf.run.setup import build_model, check_unchanged, load_run_config, save_config
 from tinytf.tasks import Task, get_task
 from tinytf.tasks.vocab import Vocabulary
 

@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from tinytf.cli_errors import EXIT_INTERRUPTED, OneLineUsageErrors, user_errors_exit_2
-from tinytf.cli_options import (
+from tinytf.cli.errors import EXIT_INTERRUPTED, OneLineUsageErrors, user_errors_exit_2
+from tinytf.cli.options import (
     Ablation,
     AttendFormat,
     Checkpoint,
@@ -33,15 +33,15 @@ from tinytf.cli_options import (
     RunsDirOption,
     TableFormat,
 )
-from tinytf.cli_runs import chosen_run
-from tinytf.cli_sweep import sweep_app
+from tinytf.cli.runs import chosen_run
+from tinytf.cli.sweep import sweep_app
 from tinytf.errors import UserError
-from tinytf.experiment import describe_tasks, dump_checked_config, load_config
 from tinytf.files import read_regular_file
+from tinytf.run.setup import describe_tasks, dump_checked_config, load_config
 from tinytf.tasks import CONSTRUCTIONS
 
 if TYPE_CHECKING:
-    from tinytf.batch import Progress
+    from tinytf.data.batch import Progress
 
 
 app = typer.Typer(
@@ -75,8 +75,8 @@ def train(
 
     On N processes: torchrun --nproc-per-node N -m tinytf train CONFIG (the same run, data-parallel)
     """
-    from tinytf.commands import interruption_note, start_training, training_summary
-    from tinytf.distributed import JobFailed, Launch
+    from tinytf.cli.commands import interruption_note, start_training, training_summary
+    from tinytf.training.distributed import JobFailed, Launch
 
     launch = Launch.from_environment()  # None without torchrun
     rank = 0 if launch is None else launch.rank
@@ -130,8 +130,8 @@ def attend(
 
     Example: tinytf attend "the cat sat on the mat" --format html
     """
-    from tinytf.attend import attention_report
-    from tinytf.commands import attention_text, check_attention_out, write_attention
+    from tinytf.cli.commands import attention_text, check_attention_out, write_attention
+    from tinytf.inspect.attend import attention_report
 
     if out is not None:
         check_attention_out(out, output_format.value)
@@ -184,7 +184,7 @@ def heads(
 
     Example: tinytf heads --ablate zero
     """
-    from tinytf.commands import check_writable_file, heads_output, score_heads, write_output
+    from tinytf.cli.commands import check_writable_file, heads_output, score_heads, write_output
 
     if out is not None:
         check_writable_file(out, "heads.json" if output_format is TableFormat.json else "heads.txt")
@@ -239,7 +239,7 @@ def patch(
 
     Example: tinytf patch --pairs 200 --construction subject
     """
-    from tinytf.commands import check_png_out, patch_output, patch_pairs, write_patch_png
+    from tinytf.cli.commands import check_png_out, patch_output, patch_pairs, write_patch_png
 
     check_png_out(out, output_format is PatchFormat.png, "patch.png")
     with chosen_run(run, runs_dir, checkpoint, heading=output_format is PatchFormat.table) as loaded:
@@ -268,7 +268,7 @@ def attribute_command(
 
     Example: tinytf attribute "the cat near the dogs" --answer sleeps --wrong sleep
     """
-    from tinytf.commands import attribution, attribution_output
+    from tinytf.cli.commands import attribution, attribution_output
 
     with chosen_run(run, runs_dir, checkpoint, heading=output_format is TableFormat.table) as loaded:
         report, note = attribution(loaded, text, answer, wrong)
@@ -296,7 +296,7 @@ def predict(
 
     Example: tinytf predict "3 1 2"   (a sort model prints: 1 2 3)
     """
-    from tinytf.commands import predict_output
+    from tinytf.cli.commands import predict_output
 
     if (text is None) == (file is None):
         raise UserError("give either TEXT or --file FILE")
@@ -356,7 +356,7 @@ def evaluate_run(
 
     Example: tinytf eval --n 500
     """
-    from tinytf.commands import evaluation_text
+    from tinytf.cli.commands import evaluation_text
 
     with chosen_run(run, runs_dir, checkpoint, heading=True) as loaded:
         text = evaluation_text(loaded, checkpoint.value, n, progress_bar)

@@ -1,6 +1,6 @@
 """The data a training run draws from: a task's fixed held-out set and a seeded
 training stream that never repeats a held-out example. (How examples become model
-input is `tinytf/framing.py`'s job.)
+input is `tinytf/data/framing.py`'s job.)
 """
 
 from __future__ import annotations

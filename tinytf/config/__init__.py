@@ -6,7 +6,7 @@ A config file only states what differs from the defaults below:
       arch: decoder
       d_model: 64
 
-`read_config(path, overrides)` reads the file (with `tinytf.plain_yaml`: no code is ever
+`read_config(path, overrides)` reads the file (with `tinytf.config.plain_yaml`: no code is ever
 executed), applies dotted overrides such as ``model.d_model=64`` and validates the result
 into frozen models (pydantic). Every mistake becomes a `ConfigError` whose one line names
 the file and line (or the `--set` at fault), the key and what is wrong, e.g.::
@@ -16,12 +16,12 @@ the file and line (or the `--set` at fault), the key and what is wrong, e.g.::
 
 Every size has an upper bound (the comments below give the reason for each). A config
 file is a regular file of at most `MAX_CONFIG_BYTES`; its YAML has no anchors or aliases,
-no deep nesting and no key twice in one mapping (see `tinytf.plain_yaml`).
+no deep nesting and no key twice in one mapping (see `tinytf.config.plain_yaml`).
 
 This module is a pure schema that knows no task; of tinytf it imports only the error
 types and the file and YAML readers. The checks that need the task registry (the task
 exists, fits the architecture, uses the keys set, fits model.max_len) live one layer up,
-in `tinytf.experiment`, and run through the `check` hook of the readers below: use
+in `tinytf.run.setup`, and run through the `check` hook of the readers below: use
 `tinytf.load_config`, which does both.
 """
 
@@ -34,9 +34,9 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, PlainValidator, Strict, ValidationError, model_validator
 
-from tinytf.config_keys import KeyTree, Sources, kind, parse_override
+from tinytf.config.keys import KeyTree, Sources, kind, parse_override
+from tinytf.config.plain_yaml import Lines, parse_yaml_text, read_yaml_file
 from tinytf.errors import ConfigError
-from tinytf.plain_yaml import Lines, parse_yaml_text, read_yaml_file
 
 # Integers are strict (a YAML `true` or `64.5` is not a width); floats accept ints and
 # strings such as "3e-4", which YAML 1.1 would otherwise leave as a string.
@@ -67,7 +67,7 @@ class Section(BaseModel):
 
 class ConfigProblem(ConfigError):
     """A config that passes the schema but fails a check of the layer above it (see
-    `tinytf.experiment`). `keys` are the dotted keys at fault: the message then names
+    `tinytf.run.setup`). `keys` are the dotted keys at fault: the message then names
     the file or the `--set` that gave them."""
 
     def __init__(self, message: str, *keys: str) -> None:
@@ -194,7 +194,7 @@ class TrainConfig(Section):
     # the whole training set of a task that has a fixed one (modular-add): full-batch training.
     batch_size: Annotated[int | Literal["all"], PlainValidator(_examples_or_all)] = 64
     # adamw: AdamW on every weight. muon: Muon on the hidden matrices (attention and
-    # feed-forward projections), AdamW on the rest, both at `lr` (tinytf/optim.py).
+    # feed-forward projections), AdamW on the rest, both at `lr` (tinytf/training/optim.py).
     optimizer: Literal["adamw", "muon"] = "adamw"
     lr: Annotated[float, Field(gt=0.0)] = 1e-3
     warmup_steps: NonNegativeInt = Field(100, le=MAX_STEPS)
@@ -219,7 +219,7 @@ class TrainConfig(Section):
     # Stop early once validation sequence accuracy reaches this fraction.
     stop_at_accuracy: Annotated[float, Field(gt=0.0, le=1.0)] | None = None
     compile: Bool = False
-    # Refuse, before allocating anything, a config whose estimated memory (tinytf/memory.py) exceeds
+    # Refuse, before allocating anything, a config whose estimated memory (tinytf/training/memory.py) exceeds
     # this many GB (10^9 bytes; a million: a petabyte). None: 80% of this machine's memory, if known.
     memory_limit_gb: Annotated[float, Field(gt=0.0, le=1e6)] | None = None
 
@@ -300,7 +300,7 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
 
 
 def parse_yaml(text: str, source: str = "<config>") -> dict[str, Any]:
-    """A YAML document -> its mapping of sections, unvalidated (see `tinytf.plain_yaml`)."""
+    """A YAML document -> its mapping of sections, unvalidated (see `tinytf.config.plain_yaml`)."""
     return _parse_document(text, source)[0]
 
 

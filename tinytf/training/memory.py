@@ -3,7 +3,7 @@ before anything is allocated.
 
 Each size has its own bound (config.py), but bounds do not compose: a long task, a big
 held-out set and a wide model, each within its bounds, can together need hundreds of GB.
-`check_memory(config)`, which `tinytf.training.train` calls before it draws any data or
+`check_memory(config)`, which `tinytf.training.trainer.train` calls before it draws any data or
 builds the model, refuses such a config in one line, naming its largest part and the keys
 behind it. The limit is `train.memory_limit_gb`, by default 80% of the machine's memory.
 
@@ -31,7 +31,7 @@ import os
 from dataclasses import dataclass
 
 from tinytf.config import Config, ConfigProblem, ModelConfig
-from tinytf.framing import get_framing
+from tinytf.data.framing import get_framing
 from tinytf.tasks import get_task
 from tinytf.tasks.base import examples_per_step
 

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from matplotlib.image import AxesImage
     from matplotlib.text import Text
 
-    from tinytf.patching import Patched, PatchReport
+    from tinytf.inspect.patching import Patched, PatchReport
 
 SMALL_GRID = 12  # a heatmap at most this many cells on each side prints each cell's value in it
 

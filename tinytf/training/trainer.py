@@ -23,7 +23,7 @@ weights, optimizer moments, random streams and step (the schedule follows from t
 (train.lr, betas, weight decay) are the resumed config's, so `--set train.lr=...` applies.
 
 Under torchrun (`torchrun --nproc-per-node N -m tinytf train CONFIG`) every process runs
-this loop on its share of each global batch; the Trainer's `job` (tinytf/distributed.py)
+this loop on its share of each global batch; the Trainer's `job` (tinytf/training/distributed.py)
 splits the batch, sums the gradients and losses, and makes the processes agree on every
 decision, while rank 0 alone evaluates and writes. Without torchrun the job is one
 process and each of its methods the identity.
@@ -39,8 +39,16 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from tinytf.attend import attention_report
-from tinytf.checkpoint import (
+from tinytf.config import Config, LogConfig, TrainConfig
+from tinytf.data.framing import Framing, get_framing
+from tinytf.data.heldout import TaskData
+from tinytf.device import select_device, step_autocast, step_precision
+from tinytf.errors import UserError, first_line
+from tinytf.inspect.attend import attention_report
+from tinytf.inspect.evaluate import Correct, TrainingWindow, evaluate
+from tinytf.inspect.fourier import frequency_norms
+from tinytf.inspect.heads import head_scores
+from tinytf.run.checkpoint import (
     CheckpointError,
     config_mismatch,
     load_optimizer_state,
@@ -49,31 +57,22 @@ from tinytf.checkpoint import (
     training_state_problem,
     weights_mismatch,
 )
-from tinytf.config import Config, LogConfig, TrainConfig
-from tinytf.data import TaskData
-from tinytf.device import select_device, step_autocast, step_precision
-from tinytf.distributed import Job, OneProcess, join_job
-from tinytf.errors import UserError, first_line
-from tinytf.evaluate import Correct, TrainingWindow, evaluate
-from tinytf.experiment import check_config
-from tinytf.fourier import frequency_norms
-from tinytf.framing import Framing, get_framing
-from tinytf.heads import head_scores
-from tinytf.loggers import (
+from tinytf.run.folder import METRICS_FILE, checkpoint_path, open_for_resume, prepare_run_dir
+from tinytf.run.setup import build_model, check_config
+from tinytf.tasks import get_task
+from tinytf.tasks.base import examples_per_step
+from tinytf.tasks.vocab import Vocabulary
+from tinytf.training.distributed import Job, OneProcess, join_job
+from tinytf.training.loggers import (
     Logger,
     MetricsFileLogger,
     TensorBoardLogger,
     attention_samples,
     predictions_markdown,
 )
-from tinytf.memory import check_memory
-from tinytf.model import build_model
-from tinytf.optim import learning_rate, make_optimizer, set_learning_rate
-from tinytf.runs import METRICS_FILE, checkpoint_path, open_for_resume, prepare_run_dir
-from tinytf.stopping import stop_on_signals
-from tinytf.tasks import get_task
-from tinytf.tasks.base import examples_per_step
-from tinytf.tasks.vocab import Vocabulary
+from tinytf.training.memory import check_memory
+from tinytf.training.optim import learning_rate, make_optimizer, set_learning_rate
+from tinytf.training.stopping import stop_on_signals
 
 # Held-out examples (the first ones: the same at every log) every head is scored on, with
 # log.head_scores. Enough for scores steady to about +-0.02; cheap next to the steps between
@@ -165,7 +164,7 @@ class Trainer:
         clipping, evaluation and checkpoint intervals, early stopping, compile).
     log: how often to log metrics and attention maps.
     run_dir: where checkpoints go (checkpoints/last.pt and best.pt); None keeps none.
-    job: the processes training together (`tinytf.distributed.join_job`); default: this one alone.
+    job: the processes training together (`tinytf.training.distributed.join_job`); default: this one alone.
     """
 
     def __init__(

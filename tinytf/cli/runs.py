@@ -17,18 +17,18 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from tinytf.cli_options import Checkpoint
+from tinytf.cli.options import Checkpoint
 from tinytf.errors import UserError
 
 if TYPE_CHECKING:
-    from tinytf.runs import LoadedRun
+    from tinytf.run.folder import LoadedRun
 
 
 def load_chosen_run(run: Path | None, runs_dir: Path, checkpoint: Checkpoint) -> LoadedRun:
     """`--run`, or the newest run under `--runs-dir` that has a checkpoint; says which
     newer runs it passed over (crashed or stopped before their first checkpoint), and
     whether the run is still being trained (it is used: its checkpoint so far)."""
-    from tinytf.runs import load_run, resolve_run, skipped_runs, training_process
+    from tinytf.run.folder import load_run, resolve_run, skipped_runs, training_process
 
     if run is None:
         for skipped in skipped_runs(runs_dir, checkpoint.value):
@@ -47,7 +47,7 @@ def chosen_run(run: Path | None, runs_dir: Path, checkpoint: Checkpoint, *, head
     was picked by default (no `--run`), a `UserError` of the block names the run (an error
     stays one line), and unless the command prints a heading that names it (`heading`), a
     `run` line on stderr does once the block is done."""
-    from tinytf.commands import run_heading
+    from tinytf.cli.commands import run_heading
 
     loaded = load_chosen_run(run, runs_dir, checkpoint)
     try:

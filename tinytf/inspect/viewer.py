@@ -7,7 +7,7 @@ The page holds everything it needs — markup, style, script and data — and as
 network for nothing: its Content-Security-Policy allows only its own inline style and
 script (by their SHA-256), so it works opened from disk with the network off, mailed or
 archived. It has two views, drawn as SVG by a small hand-written script
-(tinytf/viewer_page/viewer.js):
+(tinytf/inspect/viewer_page/viewer.js):
 
     head view   the tokens in two columns, queries left and keys right, a line from each
                 query to each key whose opacity is the weight, one colour per head; an
@@ -36,11 +36,11 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from tinytf.attend import attention_sides
+from tinytf.inspect.attend import attention_sides
 
 if TYPE_CHECKING:
-    from tinytf.attend import AttentionMap, AttentionReport
-    from tinytf.heads import HeadReport
+    from tinytf.inspect.attend import AttentionMap, AttentionReport
+    from tinytf.inspect.heads import HeadReport
 
 WEIGHT_SCALE = 1000  # weights are stored as round(weight * WEIGHT_SCALE): 3 digits
 MIN_LINE = 10  # the head view draws no line under 10 / WEIGHT_SCALE (1%): it would be invisible
@@ -60,7 +60,7 @@ def attention_page(
     label; `facts` are shown at the top in order (input, run, checkpoint...); `heads_note`
     says where the scores come from, or why there are none."""
     data = page_data(report, head_report, title=title, facts=facts, heads_note=heads_note)
-    assets = resources.files("tinytf") / ASSETS
+    assets = resources.files("tinytf.inspect") / ASSETS
     style = (assets / "viewer.css").read_text(encoding="utf-8")
     script = (assets / "viewer.js").read_text(encoding="utf-8")
     csp = "; ".join(

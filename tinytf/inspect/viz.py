@@ -19,14 +19,14 @@ from typing import TYPE_CHECKING, BinaryIO, TextIO
 
 import numpy as np
 
-from tinytf.heatmaps import colour_bar, print_cells
+from tinytf.inspect.heatmaps import colour_bar, print_cells
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
     from matplotlib.image import AxesImage
 
-    from tinytf.attend import AttentionMap, AttentionReport
-    from tinytf.heads import HeadReport, HeadScore
+    from tinytf.inspect.attend import AttentionMap, AttentionReport
+    from tinytf.inspect.heads import HeadReport, HeadScore
 
 SHADES = " ░▒▓█"  # weight 0 .. 1, in five steps
 ASCII_SHADES = " .:#@"  # the same steps, for an output that cannot show SHADES (e.g. cp1252)

@@ -44,10 +44,10 @@ import torch
 import torch.distributed as dist
 from torch import nn
 
-from tinytf.batch import IGNORE, Batch
+from tinytf.data.batch import IGNORE, Batch
 from tinytf.device import machine_cores, select_device
 from tinytf.errors import ConfigError, UserError
-from tinytf.evaluate import Correct, scored_loss
+from tinytf.inspect.evaluate import Correct, scored_loss
 
 # How long a collective may wait for the other processes. Rank 0 scores the held-out set,
 # draws attention maps and writes checkpoints while the others wait, which takes seconds;

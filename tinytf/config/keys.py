@@ -13,8 +13,8 @@ from typing import Any
 import yaml
 from pydantic import BaseModel
 
+from tinytf.config.plain_yaml import Lines, RefusedYaml, load_yaml
 from tinytf.errors import ConfigError
-from tinytf.plain_yaml import Lines, RefusedYaml, load_yaml
 
 Sources = dict[tuple[str, ...], str]  # a key path an override set -> "--set KEY=VALUE", in the order given
 

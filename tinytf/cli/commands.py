@@ -16,25 +16,25 @@ from importlib import resources
 from pathlib import Path
 from typing import BinaryIO
 
-from tinytf import training
-from tinytf.attend import AttentionReport
-from tinytf.batch import Progress
-from tinytf.data import TaskData
-from tinytf.distributed import Launch
+from tinytf.data.batch import Progress
+from tinytf.data.heldout import TaskData
 from tinytf.errors import UserError, did_you_mean
-from tinytf.evaluate import evaluate, predict
-from tinytf.experiment import load_config, load_run_config
 from tinytf.files import atomic_writer, check_run_name
-from tinytf.heads import HeadReport, head_scores, render_text
-from tinytf.heatmaps import patch_figure
-from tinytf.loggers import ProgressBarLogger
-from tinytf.patching import Attribution, PatchReport, attribute, check_next_token, patch, prompts_of
-from tinytf.runs import CONFIG_FILE, LoadedRun, check_data, checkpoint_path, resolve_run
+from tinytf.inspect.attend import AttentionReport
+from tinytf.inspect.evaluate import evaluate, predict
+from tinytf.inspect.heads import HeadReport, head_scores, render_text
+from tinytf.inspect.heatmaps import patch_figure
+from tinytf.inspect.patching import Attribution, PatchReport, attribute, check_next_token, patch, prompts_of
+from tinytf.inspect.viewer import attention_page
+from tinytf.inspect.viz import report_figure, save_png, terminal_report
+from tinytf.run.folder import CONFIG_FILE, LoadedRun, check_data, checkpoint_path, resolve_run
+from tinytf.run.setup import load_config, load_run_config
 from tinytf.tasks import CONSTRUCTIONS
 from tinytf.tasks.base import MinimalPair, Pairs
-from tinytf.training import TrainResult
-from tinytf.viewer import attention_page
-from tinytf.viz import report_figure, save_png, terminal_report
+from tinytf.training import trainer as training
+from tinytf.training.distributed import Launch
+from tinytf.training.loggers import ProgressBarLogger
+from tinytf.training.trainer import TrainResult
 
 QUICKSTART = "quickstart.yaml"  # packaged inside tinytf, so `tinytf train` works from any folder
 ATTENTION_FILES = ("json", "npz", "png", "html")  # the `attend` formats written to a file
@@ -55,7 +55,7 @@ def start_training(
     device: str | None,
     resume: Path | None,
 ) -> TrainResult:
-    """`train`'s options -> the resolved config -> `tinytf.training.train`."""
+    """`train`'s options -> the resolved config -> `tinytf.training.trainer.train`."""
     if name is not None:  # checked before the config is loaded: a wrong name fails at once
         check_run_name(name, runs_dir)
     overrides = list(overrides or [])

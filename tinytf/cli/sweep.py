@@ -12,7 +12,7 @@ from typing import Annotated
 
 import typer
 
-from tinytf.cli_errors import EXIT_INTERRUPTED, OneLineUsageErrors, user_errors_exit_2
+from tinytf.cli.errors import EXIT_INTERRUPTED, OneLineUsageErrors, user_errors_exit_2
 
 
 class SweepCommands(OneLineUsageErrors):
@@ -98,14 +98,14 @@ def show(
 
     Example: tinytf sweep show sort-encoder-lr --format csv
     """
-    from tinytf.commands import check_png_out, writing
+    from tinytf.cli.commands import check_png_out, writing
     from tinytf.sweep.results import load_results, results_text
 
     check_png_out(out, output_format is SweepFormat.png, "sweep.png")
     results = load_results(sweep, storage=storage, runs_dir=runs_dir)
     if output_format is SweepFormat.png:
+        from tinytf.inspect.viz import save_png
         from tinytf.sweep.results import sweep_figure
-        from tinytf.viz import save_png
 
         path = out or (results.folder or Path(".")) / "sweep.png"
         with writing(path) as file:

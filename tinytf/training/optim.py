@@ -28,7 +28,7 @@ import torch
 from torch import nn
 
 from tinytf.config import TrainConfig
-from tinytf.muon import Muon
+from tinytf.training.muon import Muon
 
 # Weights that map to or from tokens stay with AdamW under Muon, as in Muon's own recipe:
 # the token embedding (also the output layer when tied) and an untied output layer.

@@ -1,0 +1,2 @@
+"""The command line (`tinytf ...`): Typer commands over the library. torch is imported only
+once a command that needs it runs."""

@@ -1,0 +1,299 @@
+"""Activation patching: which parts of a model carry the word that decides its answer.
+
+A minimal pair is two prompts that differ only in that word: "the cat near the dogs"
+(next: "sleeps") and "the cats near the dogs" (next: "sleep"). The logit difference
+
+    LD = logit(answer) - logit(wrong)    at the prompt's last position (the next word)
+
+is high on the clean prompt and low on the corrupted one. Run the corrupted prompt again
+with one activation replaced by its value in the clean run: if that activation carries the
+deciding word, the clean answer comes back. How much of it comes back:
+
+    restored = (LD_patched - LD_corrupt) / (LD_clean - LD_corrupt)
+
+1 when patching the component alone restores the clean answer fully, 0 when it changes
+nothing. Over many pairs the LDs are averaged first, then the ratio taken (a pair whose
+clean and corrupted LDs nearly agree would make its own ratio explode). Each pair's own
+LDs and ratios come with the report too (`PatchReport.per_pair`), to check one by hand.
+
+A question task trained as a decoder is read the same way: "5 7" vs "5 8" in modular
+addition, its prompt `[<bos>] source <sep>`, and LD scores the answer's first token ("12"
+against "13").
+
+Components, by hook name (hooks.py), for a decoder-only model:
+
+    by="head"            each head's output `decoder.L.self.z[:, h]`, at every position at once
+    by="head-position"   the same, one position at a time
+    by="layer-position"  `resid_pre`, `attn_out` and `mlp_out` of each layer, one position at a time
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import asdict, dataclass, field
+
+import torch
+
+from tinytf.data.framing import DecoderFraming, Framing, LanguageModelFraming
+from tinytf.errors import UserError
+from tinytf.model import Transformer
+from tinytf.model.names import act_name, is_value
+from tinytf.tasks.sentences import MinimalPair
+
+BY = ("head", "head-position", "layer-position")
+LAYER_COMPONENTS = ("resid_pre", "attn_out", "mlp_out")
+
+
+@dataclass(frozen=True)
+class Prompts:
+    """Minimal pairs as ids of equal length, as the model reads them (`prompt_ids`): one row per pair."""
+
+    clean: torch.Tensor  # (N, T)
+    corrupt: torch.Tensor  # (N, T)
+    answer: torch.Tensor  # (N,): the clean prompt's next token
+    wrong: torch.Tensor  # (N,): the corrupted prompt's
+    pairs: tuple[MinimalPair, ...]  # (N,): the pairs as text, row by row
+
+
+@dataclass(frozen=True)
+class Patched:
+    component: str  # the hook name without its layer: "z", "resid_pre", "attn_out", "mlp_out"
+    layer: int
+    head: int | None
+    position: int | None  # None: every position at once
+    restored: float
+
+
+@dataclass(frozen=True)
+class PairPatched:
+    """One pair's own values: its prompts, its LDs, and for each component (in the order of
+    `PatchReport.results`) the LD with it patched and the share restored, None where the
+    pair's clean and corrupted LDs agree (nothing to restore)."""
+
+    clean: str
+    corrupt: str
+    answer: str
+    wrong: str
+    ld_clean: float
+    ld_corrupt: float
+    ld_patched: list[float]
+    restored: list[float | None]
+
+
+@dataclass
+class PatchReport:
+    pairs: int
+    ld_clean: float  # averaged over the pairs
+    ld_corrupt: float
+    clean_correct: float  # the share of pairs whose clean LD is above 0
+    results: list[Patched] = field(default_factory=list)  # restored from the averaged LDs
+    per_pair: list[PairPatched] = field(default_factory=list)  # one per pair, grouped by prompt length
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def prompts_of(framing: Framing, pairs: Sequence[MinimalPair], max_len: int) -> list[Prompts]:
+    """Minimal pairs as text -> `Prompts` as the decoder-only model `framing` reads typed
+    text (`prompt_ids`), one group per prompt length. A `UserError` for a framing that is
+    not a decoder's, or a pair whose prompts differ in length, hold words the vocabulary
+    lacks or outrun `max_len`, or whose answer or wrong answer is not one token."""
+    check_next_token(framing)
+    groups: dict[int, list[tuple[list[int], list[int], int, int, MinimalPair]]] = {}
+    for pair in pairs:
+        clean, corrupt = (prompt_ids(framing, text, max_len) for text in (pair.clean, pair.corrupt))
+        if len(clean) != len(corrupt):
+            lengths = [len(framing.task.vocab.tokenize(text)) for text in (pair.clean, pair.corrupt)]
+            raise UserError(
+                f"the clean prompt has {lengths[0]} tokens, the corrupted one {lengths[1]}: "
+                "a minimal pair differs in words, not in length"
+            )
+        answers = [framing.task.vocab.encode(word) for word in (pair.answer, pair.wrong)]
+        if any(len(ids) != 1 for ids in answers):
+            raise UserError(f"{pair.answer!r} and {pair.wrong!r} must each be one token")
+        groups.setdefault(len(clean), []).append((clean, corrupt, answers[0][0], answers[1][0], pair))
+    return [
+        Prompts(*(torch.tensor([row[i] for row in rows]) for i in range(4)), tuple(row[4] for row in rows))
+        for _, rows in sorted(groups.items())
+    ]
+
+
+def prompt_ids(framing: Framing, text: str, max_len: int) -> list[int]:
+    """What a decoder-only model (see `check_next_token`) has read when it writes the token
+    LD scores: a language model's prompt as typed, a question's `[<bos>] source <sep>`."""
+    ids = framing.typed_input(text, max_len)
+    return framing.question_prompt(ids) if isinstance(framing, DecoderFraming) else ids
+
+
+def check_next_token(framing: Framing) -> None:
+    """A `UserError` unless `framing` is a decoder-only model's, one that predicts the next token."""
+    if not isinstance(framing, DecoderFraming | LanguageModelFraming):
+        raise UserError(
+            f"patching and attribution read decoder-only models (the next token after a prompt); this run is "
+            f"an {framing.name}: train it with model.arch=decoder"
+        )
+
+
+def logit_difference(logits: torch.Tensor, answer: torch.Tensor, wrong: torch.Tensor) -> torch.Tensor:
+    """(N, T, V) logits -> (N,) LD at the last position."""
+    last = logits[:, -1]  # (N, V): the next word
+    return last.gather(1, answer[:, None])[:, 0] - last.gather(1, wrong[:, None])[:, 0]
+
+
+def patch(model: Transformer, groups: Sequence[Prompts], by: str = "head") -> PatchReport:
+    """Patch every component of `by` (see the module docstring) from each clean prompt into
+    its corrupted one, over `groups` of pairs (pairs of one length each); `model` in eval mode."""
+    if by not in BY:
+        raise ValueError(f"by={by!r}: one of {', '.join(BY)}")
+    if by != "head" and len(groups) > 1:
+        lengths = " and ".join(str(prompts.clean.size(1)) for prompts in groups)
+        raise UserError(
+            f"{by} compares positions, which do not line up across prompts of {lengths} tokens: patch by head"
+        )
+    if model.decoder is None or model.encoder is not None:
+        raise UserError("activation patching reads decoder-only models (the next token after a prompt)")
+    runs = [_patch_group(model, prompts, by) for prompts in groups]
+    pairs = sum(len(prompts.answer) for prompts in groups)
+    ld_clean = sum(float(run.clean.sum()) for run in runs) / pairs
+    ld_corrupt = sum(float(run.corrupt.sum()) for run in runs) / pairs
+    if abs(ld_clean - ld_corrupt) < 1e-6:
+        raise UserError(
+            f"the clean and corrupted prompts give the same logit difference ({ld_clean:.4g}): "
+            "nothing to restore; is the model trained, and do the prompts differ where it reads?"
+        )
+    report = PatchReport(pairs, ld_clean, ld_corrupt, sum(float((run.clean > 0).sum()) for run in runs) / pairs)
+    for key in runs[0].patched:
+        ld_patched = sum(float(run.patched[key].sum()) for run in runs) / pairs
+        restored = (ld_patched - ld_corrupt) / (ld_clean - ld_corrupt)
+        report.results.append(Patched(*key, restored))
+    report.per_pair = [pair for prompts, run in zip(groups, runs, strict=True) for pair in _per_pair(prompts, run)]
+    return report
+
+
+def _per_pair(prompts: Prompts, run: _GroupRun) -> Iterator[PairPatched]:
+    """Each pair of a group with its own LDs and shares restored (see `PairPatched`)."""
+    for row, pair in enumerate(prompts.pairs):
+        clean, corrupt = float(run.clean[row]), float(run.corrupt[row])
+        patched = [float(lds[row]) for lds in run.patched.values()]
+        differ = abs(clean - corrupt) >= 1e-6
+        restored = [(ld - corrupt) / (clean - corrupt) if differ else None for ld in patched]
+        yield PairPatched(pair.clean, pair.corrupt, pair.answer, pair.wrong, clean, corrupt, patched, restored)
+
+
+@dataclass
+class _GroupRun:
+    clean: torch.Tensor  # (N,) LDs
+    corrupt: torch.Tensor
+    patched: dict[tuple[str, int, int | None, int | None], torch.Tensor]  # component key -> (N,) LDs
+
+
+@torch.no_grad()
+def _patch_group(model: Transformer, prompts: Prompts, by: str) -> _GroupRun:
+    """One forward pass per component over a group of same-length pairs."""
+
+    def ld(logits: torch.Tensor) -> torch.Tensor:
+        return logit_difference(logits, prompts.answer, prompts.wrong)
+
+    # Only what is patched: caching a `.pattern` would take attention off the fused kernel.
+    patched = ("z",) if by != "layer-position" else LAYER_COMPONENTS
+    clean_logits, cache = model.run_with_cache(prompts.clean, names=lambda name: is_value(name, *patched))
+    run = _GroupRun(ld(clean_logits), ld(model(prompts.corrupt)), {})
+    for key, name, replace in _components(model, cache, by, prompts.clean.size(1)):
+        run.patched[key] = ld(model.run_with_hooks(prompts.corrupt, hooks={name: replace}))
+    return run
+
+
+def _components(
+    model: Transformer, cache: dict[str, torch.Tensor], by: str, length: int
+) -> Iterator[tuple[tuple[str, int, int | None, int | None], str, Callable[[torch.Tensor], torch.Tensor]]]:
+    """(result key, hook name, replacement) for each component of `by`."""
+    layers, heads = len(model.decoder.layers), model.config.n_heads
+    positions = [None] if by == "head" else range(length)
+    if by in ("head", "head-position"):
+        for layer in range(layers):
+            name = act_name("decoder", layer, "self", "z")  # (N, H, T, D_h)
+            for head in range(heads):
+                for position in positions:
+                    where = (slice(None), head, slice(None) if position is None else position)
+                    yield ("z", layer, head, position), name, _from_clean(cache[name], where)
+        return
+    for layer in range(layers):
+        for component in LAYER_COMPONENTS:
+            name = act_name("decoder", layer, value=component)  # (N, T, D)
+            if name in cache:  # (no mlp_out with d_ff: 0)
+                for position in positions:
+                    yield (component, layer, None, position), name, _from_clean(cache[name], (slice(None), position))
+
+
+def _from_clean(clean: torch.Tensor, where: tuple) -> Callable[[torch.Tensor], torch.Tensor]:
+    """A hook that puts the clean run's value at `where` into the corrupted run's."""
+
+    def replace(value: torch.Tensor) -> torch.Tensor:
+        value = value.clone()
+        value[where] = clean[where]
+        return value
+
+    return replace
+
+
+# --------------------------------------------------------------------------- direct logit attribution
+
+
+@dataclass(frozen=True)
+class Contribution:
+    component: str  # "embed", "z" (a head, through W_O), "mlp_out" or "biases"
+    layer: int | None
+    head: int | None
+    contribution: float  # its share of LD, through the final LayerNorm
+
+
+@dataclass
+class Attribution:
+    ld: float
+    components: list[Contribution]
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@torch.no_grad()
+def attribute(model: Transformer, tokens: torch.Tensor, answer: int, wrong: int) -> Attribution:
+    """Direct logit attribution of LD = logit(answer) - logit(wrong) after `tokens` (1, T):
+    in a pre-norm decoder the stream reaching the output is a sum, the embedding plus every
+    head's output (z_h W_O_h) and every MLP's, plus biases. The final LayerNorm is linear
+    once its scale is fixed to the run's, so each part's contribution is
+    (part - mean(part)) / scale * gamma . (W_U[answer] - W_U[wrong]), and they add up to LD."""
+    if model.decoder is None or model.encoder is not None:
+        raise UserError("logit attribution reads decoder-only models (the next token after a prompt)")
+    if model.config.norm == "post":
+        raise UserError(
+            "logit attribution needs model.norm=pre or none: with post-norm a LayerNorm follows every sublayer, "
+            "so the stream reaching the output is not a sum of the sublayers' outputs"
+        )
+    kept = ("z", "mlp_out", "resid_post")  # the parts, and the stream reaching the output
+    logits, cache = model.run_with_cache(tokens, names=lambda name: name == "embed" or is_value(name, *kept))
+    norm, layers = model.decoder.final_norm, model.decoder.layers
+    direction = model.lm_head.weight[answer] - model.lm_head.weight[wrong]  # (D,)
+    final = cache[act_name("decoder", len(layers) - 1, value="resid_post")][0, -1]  # (D,): the stream at the end
+    layer_norm = isinstance(norm, torch.nn.LayerNorm)  # model.norm=none: the stream reaches W_U as it is
+    scale = torch.sqrt(final.var(unbiased=False) + norm.eps) if layer_norm else 1.0
+    gamma = norm.weight if layer_norm else 1.0
+
+    def through_norm(part: torch.Tensor) -> float:
+        centred = part - part.mean() if layer_norm else part
+        return float((centred / scale * gamma) @ direction)
+
+    parts = [Contribution("embed", None, None, through_norm(cache["embed"][0, -1]))]
+    biases = torch.zeros_like(final)
+    for index, layer in enumerate(layers):
+        z = cache[act_name("decoder", index, "self", "z")][0, :, -1]  # (H, D_h): each head's output at the end
+        w_o = layer.self_attn.out_proj.weight.view(final.numel(), *z.shape)  # (D, H, D_h): W_O by head
+        for head in range(z.size(0)):
+            parts.append(Contribution("z", index, head, through_norm(w_o[:, head] @ z[head])))
+        if layer.self_attn.out_proj.bias is not None:
+            biases += layer.self_attn.out_proj.bias
+        if (mlp_out := act_name("decoder", index, value="mlp_out")) in cache:  # (no MLP with d_ff: 0)
+            parts.append(Contribution("mlp_out", index, None, through_norm(cache[mlp_out][0, -1])))
+    final_bias = float(norm.bias @ direction) if layer_norm else 0.0
+    parts.append(Contribution("biases", None, None, through_norm(biases) + final_bias))
+    return Attribution(float(logits[0, -1, answer] - logits[0, -1, wrong]), parts)
