@@ -24,7 +24,6 @@ sums). This part loads the model, so it imports torch.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,6 +31,7 @@ from typing import TYPE_CHECKING
 
 from tinytf.config import read_yaml
 from tinytf.errors import UserError
+from tinytf.run.folder import RunFolder
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -52,13 +52,7 @@ class Run:
     @staticmethod
     def read(folder: Path) -> Run:
         """The run in `folder`: a `UserError` for anything but a run of a task with a fixed training set."""
-        metrics = folder / "metrics.jsonl"  # (runs.METRICS_FILE: not imported, this script needs no torch)
-        if not metrics.is_file():
-            raise UserError(f"{folder}: not a run folder (no metrics.jsonl)")
-        try:
-            records = [json.loads(line) for line in metrics.read_text().splitlines()]
-        except json.JSONDecodeError as err:
-            raise UserError(f"{metrics}: line {err.lineno} is not JSON (is the run still writing it?)") from None
+        records = RunFolder(folder).read_metrics()
         accuracy = {
             split: {r["step"]: r["seq_acc"] for r in records if r["split"] == split} for split in ("train_set", "val")
         }
@@ -66,7 +60,7 @@ class Run:
             raise UserError(f"{folder}: no train_set metrics; is it a run of a task with a fixed training set?")
         if not accuracy["val"]:
             raise UserError(f"{folder}: no held-out (val) metrics yet")
-        seed = read_yaml(folder / "config.yaml")["seed"]
+        seed = read_yaml(RunFolder(folder).config)["seed"]
         weight_norm = {r["step"]: r["weight_norm"] for r in records if r["split"] == "train"}
         spectra = {r["step"]: r["norms"] for r in records if r["split"] == "fourier"}
         return Run(folder, seed, accuracy, weight_norm, spectra)

@@ -9,7 +9,6 @@ this folder on sys.path, since tests/ is not a package.
 import builtins
 import contextlib
 import hashlib
-import json
 import os
 import shutil
 import signal
@@ -26,7 +25,7 @@ from typer.testing import CliRunner
 from tinytf.cli.app import app
 from tinytf.config import config_from_dict
 from tinytf.run.checkpoint import load_checkpoint
-from tinytf.run.folder import checkpoint_path
+from tinytf.run.folder import RunFolder
 from tinytf.training.loggers import NullLogger
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -124,7 +123,7 @@ def run_script(*args, returncode=0):
 
 def read_metrics(run_dir):
     """A run's metrics.jsonl as a list of dicts, in the order they were logged."""
-    return [json.loads(line) for line in (Path(run_dir) / "metrics.jsonl").read_text().splitlines()]
+    return RunFolder(run_dir).read_metrics()
 
 
 def invoke(*args):
@@ -158,7 +157,7 @@ def files_under(folder):
 
 
 def final_weights(run_dir):
-    return load_checkpoint(checkpoint_path(run_dir, "last"))["model"]
+    return load_checkpoint(RunFolder(run_dir).checkpoint("last"))["model"]
 
 
 def assert_same_weights(expected, actual):

@@ -18,7 +18,7 @@ from tinytf.run.checkpoint import (
     save_checkpoint,
     trained_with,
 )
-from tinytf.run.folder import checkpoint_path
+from tinytf.run.folder import RunFolder
 from tinytf.training.optim import learning_rate
 
 
@@ -93,7 +93,7 @@ def test_a_checkpoint_that_is_not_ours_is_refused_without_torch_s_advice(tmp_pat
 
 def test_flipped_bytes_inside_a_tensor_are_refused(run, tmp_path):
     copy = copy_run(run, tmp_path)
-    best = checkpoint_path(copy, "best")
+    best = RunFolder(copy).checkpoint("best")
     weights = load_checkpoint(best)["model"]["token_embedding.weight"]
     content = bytearray(best.read_bytes())
     start = bytes(content).find(weights.numpy().tobytes())  # torch.save stores tensors uncompressed
@@ -108,9 +108,9 @@ def test_flipped_bytes_inside_a_tensor_are_refused(run, tmp_path):
 def test_a_checkpoint_without_its_checksum_is_refused_and_changes_nothing(run, tmp_path):
     copy = copy_run(run, tmp_path)
     for which in ("best", "last"):
-        state = load_checkpoint(checkpoint_path(copy, which))
+        state = load_checkpoint(RunFolder(copy).checkpoint(which))
         state["model"]["token_embedding.weight"] += 1  # an edit the checksum would have caught...
-        torch.save({"format": FORMAT, **state}, checkpoint_path(copy, which))  # ...had it not been dropped
+        torch.save({"format": FORMAT, **state}, RunFolder(copy).checkpoint(which))  # ...had it not been dropped
     before = snapshot(copy)
     for args in (["attend", "0 1 2", "--run"], ["eval", "--run"], ["predict", "0 1 2", "--run"], ["train", "--resume"]):
         assert_user_error(invoke(*args, copy), "damaged: its content does not match the checksum")
@@ -142,7 +142,7 @@ def test_a_checkpoint_the_user_cannot_read_is_a_checkpoint_error(run, tmp_path, 
     copy = copy_run(run, tmp_path)
     deny_entry(monkeypatch, copy / "checkpoints")
     with pytest.raises(CheckpointError, match=r"last\.pt: cannot read checkpoint: Permission denied"):
-        load_checkpoint(checkpoint_path(copy, "last"))
+        load_checkpoint(RunFolder(copy).checkpoint("last"))
     assert_user_error(invoke("train", "--resume", copy), "last.pt: cannot read checkpoint: Permission denied")
 
 
@@ -228,9 +228,9 @@ RESUME_ONLY = {  # what only a resumed run reads: attend, eval and predict do no
 def tampered_copy(run, tmp_path, tamper):
     copy = copy_run(run, tmp_path)
     for which in ("best", "last"):
-        state = load_checkpoint(checkpoint_path(copy, which))
+        state = load_checkpoint(RunFolder(copy).checkpoint(which))
         state.pop("format")
-        save_checkpoint(tamper(state), checkpoint_path(copy, which))
+        save_checkpoint(tamper(state), RunFolder(copy).checkpoint(which))
     return copy
 
 
@@ -335,9 +335,9 @@ def test_a_muon_checkpoint_that_cannot_be_resumed_is_one_line(muon_run, run, tmp
         copy = tampered_copy(muon_run, tmp_path, optimizer_parts_groups(ns_steps=200, momentum=5.0, nesterov=False))
         result = invoke("train", "--resume", copy, "--set", "train.steps=14")
         assert result.exit_code == 0, result.output
-        (muon_settings,) = load_checkpoint(checkpoint_path(copy, "last"))["optimizer"]["parts"][0]["param_groups"]
+        (muon_settings,) = load_checkpoint(RunFolder(copy).checkpoint("last"))["optimizer"]["parts"][0]["param_groups"]
         assert muon_settings["ns_steps"] == 5 and muon_settings["momentum"] == 0.95 and "nesterov" not in muon_settings
-        adamw_groups = load_checkpoint(checkpoint_path(copy, "last"))["optimizer"]["parts"][1]["param_groups"]
+        adamw_groups = load_checkpoint(RunFolder(copy).checkpoint("last"))["optimizer"]["parts"][1]["param_groups"]
         assert all("momentum" not in group and "ns_steps" not in group for group in adamw_groups)
         return
     before = snapshot(copy)
@@ -356,7 +356,7 @@ def test_a_resume_takes_the_optimizer_settings_from_the_config_not_the_file(run,
     copy = tampered_copy(run, tmp_path, tamper)
     result = invoke("train", "--resume", copy, "--set", "train.steps=14")
     assert result.exit_code == 0, result.output
-    state = load_checkpoint(checkpoint_path(copy, "last"))
+    state = load_checkpoint(RunFolder(copy).checkpoint("last"))
     assert state["step"] == 14 and [g["betas"] for g in state["optimizer"]["param_groups"]] == [(0.9, 0.999)] * 2
     last_step_lr = learning_rate(13, tiny_config(train={"steps": 14}).train)  # the config's schedule, not the file's
     assert [g["lr"] for g in state["optimizer"]["param_groups"]] == pytest.approx([last_step_lr] * 2)

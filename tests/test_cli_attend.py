@@ -26,7 +26,8 @@ from conftest import (
 from tinytf.inspect.attend import attention_report
 from tinytf.inspect.viz import ASCII_SHADES, SHADES, terminal_shades
 from tinytf.run.checkpoint import load_checkpoint, save_checkpoint
-from tinytf.run.folder import checkpoint_path, load_run
+from tinytf.run.folder import RunFolder
+from tinytf.run.load import load_run
 
 
 def test_attend_json_holds_the_model_s_own_weights(trained):
@@ -157,12 +158,12 @@ def test_attend_with_a_target_on_an_encoder_is_an_error(trained):
 def test_attend_checkpoint_last_reads_last_pt(trained, tmp_path):
     run_dir = copy_run(trained[1], tmp_path)
     # A last.pt unlike best.pt: another step, and sharper attention (queries and keys scaled up).
-    state = load_checkpoint(checkpoint_path(run_dir, "last"))
+    state = load_checkpoint(RunFolder(run_dir).checkpoint("last"))
     state["step"] = 999
     state["model"] = {key: value * 1.5 if value.is_floating_point() else value for key, value in state["model"].items()}
-    save_checkpoint(state, checkpoint_path(run_dir, "last"))
+    save_checkpoint(state, RunFolder(run_dir).checkpoint("last"))
 
-    best_step = load_checkpoint(checkpoint_path(run_dir, "best"))["step"]
+    best_step = load_checkpoint(RunFolder(run_dir).checkpoint("best"))["step"]
     last = invoke("attend", "3 1 2", "--run", run_dir, "--checkpoint", "last")
     best = invoke("attend", "3 1 2", "--run", run_dir)
     assert last.exit_code == best.exit_code == 0, last.output + best.output

@@ -124,7 +124,7 @@ def test_attribute_splits_the_logit_difference_into_parts_that_add_up(sentences_
 
 def test_positions_are_labelled_with_one_pairs_words_and_drawn_pairs_counted_from_the_end(sentences_run):
     from tinytf.cli.commands import patch_pairs
-    from tinytf.run.folder import load_run
+    from tinytf.run.load import load_run
 
     loaded = load_run(sentences_run)
     one = ("the cat near the dogs", "the cats near the dogs", "sleeps", "sleep")

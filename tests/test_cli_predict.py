@@ -11,9 +11,10 @@ from conftest import TINY, assert_user_error, invoke, tiny_data, unblocked_after
 
 from tinytf.cli import app as cli
 from tinytf.config import config_from_dict
-from tinytf.data.framing import LM_CONTINUATION, get_framing
+from tinytf.data.framing import get_framing
+from tinytf.data.language_model import LM_CONTINUATION
 from tinytf.inspect.evaluate import evaluate, predict
-from tinytf.run.folder import load_run
+from tinytf.run.load import load_run
 from tinytf.run.setup import build_model
 from tinytf.tasks import get_task
 

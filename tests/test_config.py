@@ -22,7 +22,7 @@ from tinytf.config import (
 from tinytf.data.framing import FRAMINGS
 from tinytf.data.heldout import TaskData
 from tinytf.errors import ConfigError
-from tinytf.run.setup import load_config, save_config
+from tinytf.run.setup import Setup, load_config, save_config
 from tinytf.tasks import get_task
 
 try:
@@ -78,7 +78,7 @@ def test_scientific_notation_in_yaml_is_a_float():
 
 def test_saved_config_round_trips(tmp_path):
     config = config_from_dict({"model": {"arch": "encoder-decoder", "n_encoder_layers": 3}, "train": {"lr": 0.01}})
-    save_config(config, tmp_path / "saved.yaml")
+    save_config(Setup.of(config), tmp_path / "saved.yaml")
     assert load_config(tmp_path / "saved.yaml") == config
 
 

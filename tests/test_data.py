@@ -146,7 +146,7 @@ def test_a_language_model_answers_no_question_and_the_error_names_what_it_does_i
         framing.answers(model, single_pair(prompt))
     assert isinstance(raised.value, NotImplementedError)
     # What the message offers instead works: a continuation, as text and as ids.
-    assert "tinytf.inspect.evaluate.predict(model, framing, texts)" in str(raised.value)
+    assert "tinytf.evaluate.predict(model, framing, texts)" in str(raised.value)
     ((read, written),) = predict(model, framing, ["the cat"])
     assert read == ["<bos>", "the", "cat"] and written
     assert "framing.answer_typed(model, [framing.typed_input(text, model.config.max_len)])" in str(raised.value)

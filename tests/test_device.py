@@ -9,6 +9,7 @@ from torch import nn
 
 from tinytf.device import model_device, select_device, step_autocast, step_precision
 from tinytf.errors import UserError
+from tinytf.run.setup import Setup
 from tinytf.training.distributed import OneProcess
 from tinytf.training.trainer import _assemble
 
@@ -68,8 +69,8 @@ def test_a_job_takes_bf16_only_if_every_process_chose_it():
     """bf16 in one process; float32 when another process of the job chose float32, so
     that every process computes the same step."""
     config = tiny_config(train={"precision": "bf16"})
-    assert _assemble(config, None, (), OneProcess()).precision == "bf16"
-    assert _assemble(config, None, (), AnotherProcessSaysYes()).precision == "fp32"
+    assert _assemble(Setup.of(config), (), OneProcess()).precision == "bf16"
+    assert _assemble(Setup.of(config), (), AnotherProcessSaysYes()).precision == "fp32"
 
 
 def test_a_model_lives_on_its_parameters_device():

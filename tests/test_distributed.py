@@ -25,7 +25,8 @@ import torch
 from conftest import SUBPROCESS_ENV, CtrlCAt, invoke, read_metrics, tiny_config, tiny_data, write_config
 
 from tinytf.run.checkpoint import load_checkpoint
-from tinytf.run.folder import checkpoint_path, load_run
+from tinytf.run.folder import RunFolder
+from tinytf.run.load import load_run
 from tinytf.training.distributed import JobFailed, TorchrunJob, threads_per_process
 from tinytf.training.trainer import train
 
@@ -172,7 +173,7 @@ def test_two_processes_follow_the_one_process_losses_and_stop_at_the_same_step(e
         assert actual["loss"] == pytest.approx(expected["loss"], rel=1e-4), (expected, actual)  # 2.2e-7 measured
         if expected["split"] == "train":  # accuracies counted over both processes' rows
             assert actual["token_acc"] == pytest.approx(expected["token_acc"], abs=1e-6)
-    assert load_checkpoint(checkpoint_path(run_dir, "last"))["step"] == 50
+    assert load_checkpoint(RunFolder(run_dir).checkpoint("last"))["step"] == 50
 
 
 def test_rank_0_alone_writes_one_run_folder_and_reports(equal_runs):
@@ -198,7 +199,7 @@ def test_rank_0_alone_writes_one_run_folder_and_reports(equal_runs):
     ]
     assert sum(line.startswith("run ") for line in job.stdout.splitlines()) == 1 and "best validation" in job.stdout
     # The checkpoint holds the bare model (no DDP "module." prefix): any command reads it.
-    state = load_checkpoint(checkpoint_path(run_dir, "best"))
+    state = load_checkpoint(RunFolder(run_dir).checkpoint("best"))
     assert not any(name.startswith("module.") for name in state["model"])
     assert load_run(run_dir).step == state["step"]  # loads every weight by its name
 
@@ -278,7 +279,7 @@ def test_resume_after_every_process_was_killed_replays_the_lost_steps_exactly_an
         )
         job.communicate(timeout=30)
     (killed,) = (tmp_path / "killed").iterdir()
-    assert load_checkpoint(checkpoint_path(killed, "last"))["step"] == 8
+    assert load_checkpoint(RunFolder(killed).checkpoint("last"))["step"] == 8
     before_kill = [(r["step"], r["split"], r["loss"]) for r in read_metrics(killed)]
     assert before_kill[-1][0] == 11
 
@@ -307,7 +308,7 @@ def test_resume_after_every_process_was_killed_replays_the_lost_steps_exactly_an
     assert {row[0] for row in after_resume if 8 < row[0] <= 13} == {9, 10, 11, 12, 13}
 
     assert "forcefully exiting" not in stderr
-    step = load_checkpoint(checkpoint_path(killed, "last"))["step"]
+    step = load_checkpoint(RunFolder(killed).checkpoint("last"))["step"]
     assert 13 <= step < 100_000
     assert stderr.count(f"interrupted at step {step}; checkpoint saved in ") == 1  # rank 0 alone
     assert f"resume with: torchrun --nproc-per-node 2 -m tinytf train --resume {killed}\n" in stderr
@@ -429,5 +430,5 @@ def test_sigterm_under_torchrun_stops_at_a_step_boundary_and_saves(tmp_path, mon
     finally:
         torch.set_num_threads(threads)
     assert result.interrupted and result.step == 5
-    assert load_checkpoint(checkpoint_path(result.run_dir, "last"))["step"] == 5
+    assert load_checkpoint(RunFolder(result.run_dir).checkpoint("last"))["step"] == 5
     assert not torch.distributed.is_initialized()  # the job's process group is left behind it

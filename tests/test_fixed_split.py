@@ -10,7 +10,7 @@ from tinytf.data.heldout import TaskData
 from tinytf.errors import ConfigError, UserError
 from tinytf.inspect import viz
 from tinytf.inspect.evaluate import evaluate
-from tinytf.run.setup import check_config
+from tinytf.run.setup import Setup, check_config
 from tinytf.tasks import get_task
 from tinytf.training.distributed import Launch, OneProcess
 from tinytf.training.loggers import RecordingLogger
@@ -65,7 +65,7 @@ def test_eval_size_holds_out_part_of_the_rest():
 
 
 def test_full_batch_training_reads_every_training_example_at_each_step():
-    trainer = _assemble(modular_config(), None, [], OneProcess())
+    trainer = _assemble(Setup.of(modular_config()), [], OneProcess())
     read = []  # the token ids the embedding reads at each training step (eval mode: evaluations)
     embedding = trainer.model.token_embedding
     embedding.register_forward_pre_hook(lambda module, args: read.append(args[0].clone()) if module.training else None)
@@ -84,7 +84,7 @@ def test_a_smaller_batch_draws_distinct_training_examples():
 
 def test_train_set_metrics_are_the_whole_training_sets_at_each_evaluation():
     recorder = RecordingLogger()
-    trainer = _assemble(modular_config(), None, [recorder], OneProcess())
+    trainer = _assemble(Setup.of(modular_config()), [recorder], OneProcess())
     trainer.run()
     on_train_set = [(step, values) for step, split, values in recorder.of("metrics") if split == "train_set"]
     assert [step for step, _ in on_train_set] == [3, 6]

@@ -12,7 +12,7 @@ from test_fixed_split import modular_config
 from tinytf.inspect.fourier import fourier_basis, frequency_norms, top_share
 from tinytf.inspect.viz import figure_pixels, spectrum_figure
 from tinytf.run.checkpoint import load_checkpoint
-from tinytf.run.folder import checkpoint_path
+from tinytf.run.folder import RunFolder
 from tinytf.tasks import get_task
 from tinytf.training.loggers import RecordingLogger
 from tinytf.training.trainer import Trainer, train
@@ -50,7 +50,7 @@ def test_training_logs_the_spectrum_of_the_number_embedding_at_each_evaluation(t
     result = train(modular_config(), runs_dir=tmp_path, loggers=[recorder])
     logged = recorder.of("fourier")
     assert [step for step, _ in logged] == [3, 6] and all(len(norms) == 11 // 2 + 1 for _, norms in logged)
-    weights = load_checkpoint(checkpoint_path(result.run_dir, "last"))["model"]["token_embedding.weight"]
+    weights = load_checkpoint(RunFolder(result.run_dir).checkpoint("last"))["model"]["token_embedding.weight"]
     numbers = weights[get_task(modular_config().task).residue_ids()]  # the embeddings of "0" .. "10"
     assert logged[-1][1] == pytest.approx(frequency_norms(numbers).tolist())
     assert [r["norms"] for r in read_metrics(result.run_dir) if r["split"] == "fourier"] == [n for _, n in logged]
@@ -84,7 +84,7 @@ def test_measuring_the_training_set_and_the_spectrum_never_changes_the_run(monke
     measured = train(config, runs_dir=tmp_path / "a").run_dir
     monkeypatch.setattr(Trainer, "_report_inside", lambda self: None)
     plain = train(config, runs_dir=tmp_path / "b").run_dir
-    weights = [load_checkpoint(checkpoint_path(run, "last"))["model"] for run in (measured, plain)]
+    weights = [load_checkpoint(RunFolder(run).checkpoint("last"))["model"] for run in (measured, plain)]
     assert all(torch.equal(weights[0][key], weights[1][key]) for key in weights[0])
 
 

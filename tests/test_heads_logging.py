@@ -12,7 +12,7 @@ from tinytf.data.heldout import TaskData
 from tinytf.inspect.heads import GENERIC_PATTERNS, HeadReport, HeadScore, head_scores
 from tinytf.inspect.viz import HeadScoreImages, head_column_name, head_scores_figure
 from tinytf.run.checkpoint import load_checkpoint
-from tinytf.run.folder import checkpoint_path
+from tinytf.run.folder import RunFolder
 from tinytf.run.setup import build_model
 from tinytf.tasks import get_task
 from tinytf.training.loggers import MetricsFileLogger, NullLogger, ProgressBarLogger, RecordingLogger, TensorBoardLogger
@@ -159,7 +159,7 @@ def test_scoring_heads_never_changes_the_training_run(arch, tmp_path):
         for log in (scored_log, plain_log)
     ]
     assert untimed[0] == untimed[1]
-    weights = [load_checkpoint(checkpoint_path(run.run_dir, "last"))["model"] for run in (scored, plain)]
+    weights = [load_checkpoint(RunFolder(run.run_dir).checkpoint("last"))["model"] for run in (scored, plain)]
     assert weights[0].keys() == weights[1].keys()
     assert all(torch.equal(weights[0][key], weights[1][key]) for key in weights[0])
 

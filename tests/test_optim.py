@@ -9,7 +9,7 @@ import torch
 from conftest import tiny_config
 
 from tinytf.config import config_from_dict
-from tinytf.run.setup import build_model
+from tinytf.run.setup import Setup, build_model
 from tinytf.training.distributed import OneProcess
 from tinytf.training.muon import NEWTON_SCHULZ, Muon, orthogonalise, stack_padded
 from tinytf.training.optim import CombinedOptimizer, make_optimizer
@@ -201,7 +201,7 @@ def test_the_composite_steps_exactly_as_its_parts_alone():
 
 
 def trainer(config):
-    return _assemble(config, None, (), OneProcess())
+    return _assemble(Setup.of(config), (), OneProcess())
 
 
 def test_the_schedule_reaches_both_parts_also_after_a_resume():

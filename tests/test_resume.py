@@ -27,7 +27,7 @@ from conftest import (
 
 from tinytf.errors import ConfigError, UserError
 from tinytf.run.checkpoint import load_checkpoint, save_checkpoint
-from tinytf.run.folder import checkpoint_path
+from tinytf.run.folder import RunFolder
 from tinytf.training.loggers import NullLogger, RecordingLogger, resume_line
 from tinytf.training.trainer import train
 
@@ -39,7 +39,7 @@ def test_ctrl_c_then_resume_ends_with_the_same_weights(optimizer, tmp_path):
 
     stopped = train(config, runs_dir=tmp_path / "b", loggers=[CtrlCAt(5)])
     assert stopped.interrupted and stopped.step == 5
-    assert load_checkpoint(checkpoint_path(stopped.run_dir, "last"))["step"] == 5
+    assert load_checkpoint(RunFolder(stopped.run_dir).checkpoint("last"))["step"] == 5
     resumed = train(config, resume=stopped.run_dir)
     assert resumed.run_dir == stopped.run_dir and resumed.step == 12 and not resumed.interrupted
 
@@ -52,7 +52,7 @@ def test_a_ctrl_c_while_the_run_is_set_up_saves_it_at_its_first_step_boundary(tm
     uninterrupted = train(config, runs_dir=tmp_path / "a")
     stopped = train(config, runs_dir=tmp_path / "b", loggers=[CtrlCWhileSettingUp()])
     assert stopped.interrupted and stopped.step == 0
-    assert load_checkpoint(checkpoint_path(stopped.run_dir, "last"))["step"] == 0
+    assert load_checkpoint(RunFolder(stopped.run_dir).checkpoint("last"))["step"] == 0
     resumed = train(config, resume=stopped.run_dir)
     assert resumed.step == 12 and not resumed.interrupted
     assert_same_weights(final_weights(uninterrupted.run_dir), final_weights(resumed.run_dir))
@@ -70,7 +70,7 @@ def test_a_resumed_run_takes_the_optimizer_settings_of_its_config(tmp_path):
         for run in (resumed, fresh)
     ]
     assert rates[0] == rates[1] and len(rates[0]) == 3  # steps 8, 10, 12
-    groups = load_checkpoint(checkpoint_path(resumed.run_dir, "last"))["optimizer"]["param_groups"]
+    groups = load_checkpoint(RunFolder(resumed.run_dir).checkpoint("last"))["optimizer"]["param_groups"]
     assert [g["betas"] for g in groups] == [(0.8, 0.9)] * 2 and groups[0]["weight_decay"] == 0.5
 
 
@@ -128,7 +128,7 @@ def test_resume_after_a_kill_drops_metrics_past_the_checkpoint_and_stale_tempora
     with pytest.raises(RuntimeError, match="killed"):
         train(config, runs_dir=tmp_path / "killed", loggers=[CrashAt(10)])  # last.pt: step 8; metrics: to 10
     (run_dir,) = (tmp_path / "killed").iterdir()
-    assert load_checkpoint(checkpoint_path(run_dir, "last"))["step"] == 8
+    assert load_checkpoint(RunFolder(run_dir).checkpoint("last"))["step"] == 8
     assert read_metrics(run_dir)[-1]["step"] == 10
     metrics = run_dir / "metrics.jsonl"
     rows = metrics.read_bytes().splitlines(keepends=True)
@@ -187,9 +187,9 @@ def test_a_resumed_run_logs_the_same_training_averages_as_an_uninterrupted_one(t
 
 def test_a_hand_edited_best_score_is_one_line_on_resume(run, tmp_path):
     copy = copy_run(run, tmp_path)
-    state = load_checkpoint(checkpoint_path(copy, "last"))
+    state = load_checkpoint(RunFolder(copy).checkpoint("last"))
     state.pop("format")
-    save_checkpoint({**state, "best_score": 5}, checkpoint_path(copy, "last"))  # a valid checksum
+    save_checkpoint({**state, "best_score": 5}, RunFolder(copy).checkpoint("last"))  # a valid checksum
     assert_user_error(invoke("train", "--resume", copy, "--set", "train.steps=14"), "best_score")
 
 
@@ -246,7 +246,7 @@ def test_ctrl_c_saves_and_prints_the_resume_command(tmp_path):
     assert "Traceback" not in errors
     (run_dir,) = (tmp_path / "runs").iterdir()
     assert f"resume with: tinytf train --resume {run_dir}" in errors
-    step = load_checkpoint(checkpoint_path(run_dir, "last"))["step"]
+    step = load_checkpoint(RunFolder(run_dir).checkpoint("last"))["step"]
     assert step >= 10 and f"interrupted at step {step}; checkpoint saved in {run_dir}" in errors
     evaluated = [f"evaluated step {r['step']}" for r in read_metrics(run_dir) if r["split"] == "val"]
     assert (first + rest).splitlines() == evaluated
@@ -256,23 +256,23 @@ def test_ctrl_c_saves_and_prints_the_resume_command(tmp_path):
 @pytest.mark.parametrize("trained", ["decoder"], indirect=True)
 def test_resuming_a_finished_run_trains_on_only_when_asked(trained, tmp_path):
     run_dir = copy_run(trained[1], tmp_path)
-    steps_before = load_checkpoint(checkpoint_path(run_dir, "last"))["step"]
+    steps_before = load_checkpoint(RunFolder(run_dir).checkpoint("last"))["step"]
     again = invoke("train", "--resume", run_dir)
     assert again.exit_code == 0, again.output
     assert again.stdout.startswith(f"resumed from step {steps_before} (last.pt)\nrun {run_dir}\n")  # nothing redone
-    assert load_checkpoint(checkpoint_path(run_dir, "last"))["step"] == steps_before
+    assert load_checkpoint(RunFolder(run_dir).checkpoint("last"))["step"] == steps_before
 
 
 @pytest.mark.parametrize("trained", ["decoder"], indirect=True)
 def test_resume_with_more_steps_continues_from_the_saved_step(trained, tmp_path):
     run_dir = copy_run(trained[1], tmp_path)
     before = read_metrics(run_dir)
-    assert load_checkpoint(checkpoint_path(run_dir, "last"))["step"] == 20
+    assert load_checkpoint(RunFolder(run_dir).checkpoint("last"))["step"] == 20
 
     result = invoke("train", "--resume", run_dir, "--set", "train.steps=30", "--set", "log.attention_every=5")
     assert result.exit_code == 0, result.output
     assert result.stdout.startswith(f"resumed from step 20 (last.pt)\nrun {run_dir}\n")
-    assert load_checkpoint(checkpoint_path(run_dir, "last"))["step"] == 30
+    assert load_checkpoint(RunFolder(run_dir).checkpoint("last"))["step"] == 30
     after = read_metrics(run_dir)
     assert after[: len(before)] == before  # the first 20 steps are not trained or logged again
     assert [r["step"] for r in after if r["split"] == "train"] == [5, 10, 15, 20, 25, 30]

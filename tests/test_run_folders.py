@@ -28,15 +28,8 @@ from conftest import (
 from tinytf.errors import UserError
 from tinytf.files import check_run_name
 from tinytf.run.checkpoint import load_checkpoint
-from tinytf.run.folder import (
-    checkpoint_path,
-    create_run_dir,
-    exclusive_training,
-    load_run,
-    newest_run,
-    skipped_runs,
-    training_process,
-)
+from tinytf.run.folder import RunFolder, newest_run, skipped_runs
+from tinytf.run.load import load_run
 from tinytf.training.trainer import train
 
 
@@ -53,13 +46,13 @@ def test_a_run_folder_holds_everything(tmp_path):
     for record in records:
         assert {"step", "split", "loss", "token_acc", "seq_acc", "lr", "tokens_per_s"} <= set(record)
     assert [r["step"] for r in records if r["split"] == "val"] == [4, 8, 12]
-    assert load_checkpoint(checkpoint_path(run_dir, "last"))["step"] == 12
+    assert load_checkpoint(RunFolder(run_dir).checkpoint("last"))["step"] == 12
     assert load_run(run_dir, "best").step == result.best["step"]
     assert (run_dir / "train.lock").is_file() and not (run_dir / "train.pid").exists()  # the lock stays, unheld
 
 
 def test_runs_never_share_a_folder(tmp_path):
-    folders = {create_run_dir(tmp_path, "same") for _ in range(5)}
+    folders = {RunFolder.create(tmp_path, "same").path for _ in range(5)}
     assert len(folders) == 5 and all(folder.is_dir() for folder in folders)
 
 
@@ -90,7 +83,7 @@ def test_a_run_stopped_before_its_first_evaluation_is_passed_over_for_its_best_c
     runs = tmp_path / "runs"
     good = copy_run(run, runs)
     stopped = train(tiny_config(), runs_dir=runs, name="stopped", loggers=[CtrlCWhileSettingUp()]).run_dir
-    assert checkpoint_path(stopped, "last").is_file() and not checkpoint_path(stopped, "best").is_file()
+    assert RunFolder(stopped).checkpoint("last").is_file() and not RunFolder(stopped).checkpoint("best").is_file()
     best = invoke("eval", "--runs-dir", runs)
     assert best.exit_code == 0 and best.stdout.startswith(f"run {good} (best checkpoint"), best.output
     assert f"note: skipping {stopped} (no best checkpoint yet)" in best.stderr
@@ -117,15 +110,15 @@ def test_a_run_still_training_is_used_with_a_note_that_says_so(run, tmp_path):
     runs = tmp_path / "runs"
     training = copy_run(run, runs)
     (training / "train.pid").write_text("4242\n")
-    with exclusive_training(training):
-        assert training_process(training) == "4242"
+    with RunFolder(training).locked():
+        assert RunFolder(training).training_process() == "4242"
         picked = invoke("eval", "--runs-dir", runs)
         named = invoke("eval", "--run", training)
     assert picked.exit_code == 0 and picked.stdout.startswith(f"run {training} (best checkpoint"), picked.output
     note = "is still training (process 4242); using its best checkpoint so far\n"
     assert picked.stderr == f"note: the newest run, {training}, {note}"
     assert named.stdout == picked.stdout and named.stderr == f"note: {training} {note}"
-    assert training_process(training) is None  # a train.pid left behind by a killed trainer: no lock held
+    assert RunFolder(training).training_process() is None  # a train.pid left behind by a killed trainer: no lock held
     assert invoke("eval", "--runs-dir", runs).stderr == ""
 
 
@@ -133,7 +126,7 @@ def test_a_second_trainer_is_refused_with_the_first_one_s_pid(run, tmp_path):
     run = copy_run(run, tmp_path)
     before = snapshot(run)
     (run / "train.pid").write_text("4242\n")
-    with exclusive_training(run):
+    with RunFolder(run).locked():
         assert_user_error(invoke("train", "--resume", run), f"{run} is being trained by process 4242")
     (run / "train.pid").unlink()
     assert snapshot(run) == {k: v for k, v in before.items() if k != "train.pid"}
@@ -143,20 +136,20 @@ def test_a_killed_trainer_leaves_no_lock_behind(run, tmp_path):
     run = copy_run(run, tmp_path)
     holder = (
         "import sys, time\n"
-        "from tinytf.run.folder import exclusive_training\n"
-        f"with exclusive_training({str(run)!r}):\n"
+        "from tinytf.run.folder import RunFolder\n"
+        f"with RunFolder({str(run)!r}).locked():\n"
         "    print('locked', flush=True)\n"
         "    time.sleep(600)\n"
     )
     process = subprocess.Popen([sys.executable, "-c", holder], stdout=subprocess.PIPE, text=True, env=SUBPROCESS_ENV)
     try:
         assert process.stdout.readline().strip() == "locked"  # blocks until the lock is held
-        with pytest.raises(Exception, match="is being trained by process"), exclusive_training(run):
+        with pytest.raises(Exception, match="is being trained by process"), RunFolder(run).locked():
             pass
     finally:
         process.send_signal(signal.SIGKILL)
         process.wait(timeout=60)
-    with exclusive_training(run):  # the system released the dead process's lock
+    with RunFolder(run).locked():  # the system released the dead process's lock
         pass
 
 
@@ -199,7 +192,7 @@ def test_a_run_name_is_one_plain_folder_name(name, tmp_path):
     with pytest.raises(UserError, match="a run name is one folder name"):
         check_run_name(name, tmp_path)
     with pytest.raises(UserError, match="a run name is one folder name"):
-        create_run_dir(tmp_path / "runs", name)
+        RunFolder.create(tmp_path / "runs", name)
     assert not (tmp_path / "runs").exists()
     check_run_name("sort-v2", tmp_path)  # a plain name passes
 

@@ -40,7 +40,7 @@ def test_shipped_config_reaches_its_accuracy(name, tmp_path):
 
 @pytest.mark.slow
 def test_quickstart_learns_the_grammar(tmp_path):
-    from tinytf.run.folder import load_run
+    from tinytf.run.load import load_run
 
     result = train(load_config(ROOT / "configs" / "quickstart.yaml"), runs_dir=tmp_path)
     # Toy English is random by design (about 2 nats of entropy per word at these settings);
@@ -63,7 +63,7 @@ def trained_head_scores(name, tmp_path):
     """Train configs/`name`; its result, and its heads scored on 200 held-out inputs."""
     from tinytf.data.heldout import TaskData
     from tinytf.inspect.heads import head_scores
-    from tinytf.run.folder import load_run
+    from tinytf.run.load import load_run
 
     result = train(load_config(ROOT / "configs" / name), runs_dir=tmp_path)
     run = load_run(result.run_dir)

@@ -111,6 +111,42 @@ def test_only_the_model_and_the_framings_look_at_the_architecture():
     assert not offenders
 
 
+def architecture_decisions(source: str) -> list[int]:
+    """Lines that decide the architecture by its parts: `x.encoder is None`, `.decoder is not
+    None`, or `isinstance(x, SomeFraming)` / `issubclass(..., SomeFraming)`."""
+    lines = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Compare) and all(isinstance(op, ast.Is | ast.IsNot) for op in node.ops):
+            operands = (node.left, *node.comparators)
+            if any(isinstance(o, ast.Attribute) and o.attr in ("encoder", "decoder") for o in operands):
+                lines.append(node.lineno)
+        elif isinstance(node, ast.Call) and ast.unparse(node.func) in ("isinstance", "issubclass"):
+            lines += [node.lineno] if len(node.args) > 1 and "Framing" in ast.unparse(node.args[1]) else []
+    return sorted(set(lines))
+
+
+def test_the_architecture_decision_check_finds_each_spelling():
+    assert architecture_decisions("if model.decoder is None or model.encoder is not None: pass") == [1]
+    assert architecture_decisions("ok = isinstance(framing, DecoderFraming | LanguageModelFraming)") == [1]
+    assert architecture_decisions("ok = framing.predicts_next_token and model.is_decoder_only") == []
+    assert architecture_decisions("if value is None: pass\nok = isinstance(x, base.Framing)") == [2]
+
+
+def test_only_the_model_and_the_framings_decide_by_the_architecture_s_parts():
+    # Outside them, a rule asks the model (`is_decoder_only`) or the framing (`next_token_prompt`).
+    framings = {"tinytf.data.framing", "tinytf.data.base", "tinytf.data.language_model"}
+    sources = {
+        name: path for name, path in MODULES.items() if not (name.startswith("tinytf.model") or name in framings)
+    }
+    sources |= {f"scripts/{path.name}": path for path in (ROOT / "scripts").glob("*.py")}
+    offenders = [
+        f"{path.relative_to(ROOT)}:{line}"
+        for path in sources.values()
+        for line in architecture_decisions(path.read_text())
+    ]
+    assert not offenders
+
+
 FAST_COMMANDS = [
     ["--help"],
     *[[command, "--help"] for command in ("train", "attend", "predict", "eval", "tasks", "board")],

@@ -29,8 +29,8 @@ from tinytf.config import config_from_dict
 from tinytf.data.framing import get_framing
 from tinytf.data.heldout import TaskData
 from tinytf.run.checkpoint import load_checkpoint
-from tinytf.run.folder import checkpoint_path
-from tinytf.run.setup import build_model
+from tinytf.run.folder import RunFolder
+from tinytf.run.setup import Setup, build_model
 from tinytf.tasks import get_task
 from tinytf.training.distributed import OneProcess
 from tinytf.training.loggers import MetricsFileLogger, NullLogger, ProgressBarLogger, RecordingLogger
@@ -108,7 +108,7 @@ def test_stop_at_accuracy_stops_at_the_first_evaluation_that_reaches_it(tmp_path
     assert result.step == first["step"] and not result.interrupted
     assert result.final["seq_acc"] == first["seq_acc"]
     assert max(r["step"] for r in records) == first["step"]  # no train or val row after the stop
-    assert load_checkpoint(checkpoint_path(result.run_dir, "last"))["step"] == first["step"]
+    assert load_checkpoint(RunFolder(result.run_dir).checkpoint("last"))["step"] == first["step"]
 
 
 def factor(step, warmup_steps, decay_steps):
@@ -150,7 +150,7 @@ def test_the_step_multiplies_in_its_precision_and_keeps_float32_weights(precisio
     assert all(math.isfinite(r["loss"]) for r in read_metrics(result.run_dir))
     weights = final_weights(result.run_dir)
     assert {tensor.dtype for tensor in weights.values()} == {torch.float32}
-    trainer = _assemble(config, None, (), OneProcess())
+    trainer = _assemble(Setup.of(config), (), OneProcess())
     logits, _, _ = trainer._train_step(trainer.model, trainer.window)
     step_dtype = torch.bfloat16 if precision == "bf16" else torch.float32
     assert logits.dtype == step_dtype
@@ -287,7 +287,7 @@ def test_divergence_stops_keeps_the_last_finite_checkpoint_and_says_what_to_do(t
         and "train.lr" in message
     )
     for which in ("last", "best"):
-        state = load_checkpoint(checkpoint_path(run_dir, which))
+        state = load_checkpoint(RunFolder(run_dir).checkpoint(which))
         assert state["step"] == 4
         assert all(torch.isfinite(t).all() for t in state["model"].values())
 
@@ -303,7 +303,7 @@ def test_a_huge_learning_rate_ends_in_one_line_and_strict_json(tmp_path):
     for line in metrics.read_text().splitlines() if metrics.exists() else []:
         json.loads(line, parse_constant=lambda name: pytest.fail(f"{name} in metrics.jsonl"))
     for which in ("last", "best"):
-        path = checkpoint_path(run_dir, which)
+        path = RunFolder(run_dir).checkpoint(which)
         if path.exists():
             assert all(torch.isfinite(t).all() for t in load_checkpoint(path)["model"].values())
 
@@ -367,7 +367,7 @@ def test_a_full_disk_is_one_line_naming_the_file_and_what_the_run_keeps(tmp_path
         kept = re.findall(r"checkpoints/(last|best)\.pt of step (\d+)", error)
         assert kept or error.endswith("the run has no checkpoint yet")
         for which, step in kept:  # what it says the run keeps is there, whole
-            assert load_checkpoint(checkpoint_path(run_dir, which))["step"] == int(step)
+            assert load_checkpoint(RunFolder(run_dir).checkpoint(which))["step"] == int(step)
         for path in (run_dir / "checkpoints").glob("*.pt"):  # and no checkpoint is damaged
             load_checkpoint(path)
     assert "Traceback" not in capfd.readouterr().err  # not from TensorBoard's writer thread either

@@ -22,7 +22,7 @@ from tinytf.config import Config
 from tinytf.errors import ConfigError, UserError
 
 if TYPE_CHECKING:
-    from tinytf.run.folder import load_run
+    from tinytf.run.load import load_run
     from tinytf.run.setup import build_model, load_config
     from tinytf.training.trainer import train
 
@@ -31,7 +31,7 @@ __all__ = ["Config", "ConfigError", "UserError", "build_model", "load_config", "
 _ENTRY_POINTS = {
     "load_config": "tinytf.run.setup",
     "build_model": "tinytf.run.setup",
-    "load_run": "tinytf.run.folder",
+    "load_run": "tinytf.run.load",
     "train": "tinytf.training.trainer",
 }
 

@@ -37,7 +37,7 @@ from tinytf.cli.runs import chosen_run
 from tinytf.cli.sweep import sweep_app
 from tinytf.errors import UserError
 from tinytf.files import read_regular_file
-from tinytf.run.setup import describe_tasks, dump_checked_config, load_config
+from tinytf.run.setup import describe_tasks, dump_checked_config, load_setup
 from tinytf.tasks import CONSTRUCTIONS
 
 if TYPE_CHECKING:
@@ -420,7 +420,7 @@ def config_show(
 
     Example: tinytf config show configs/quickstart.yaml --set model.d_model=64
     """
-    typer.echo(dump_checked_config(load_config(config, overrides or ())), nl=False)
+    typer.echo(dump_checked_config(load_setup(config, overrides or ())), nl=False)
 
 
 def main() -> None:

@@ -27,8 +27,9 @@ from tinytf.inspect.heatmaps import patch_figure
 from tinytf.inspect.patching import Attribution, PatchReport, attribute, check_next_token, patch, prompts_of
 from tinytf.inspect.viewer import attention_page
 from tinytf.inspect.viz import report_figure, save_png, terminal_report
-from tinytf.run.folder import CONFIG_FILE, LoadedRun, check_data, checkpoint_path, resolve_run
-from tinytf.run.setup import load_config, load_run_config
+from tinytf.run.folder import RunFolder, resolve_run
+from tinytf.run.load import LoadedRun
+from tinytf.run.setup import load_run_setup, load_setup
 from tinytf.tasks import CONSTRUCTIONS
 from tinytf.tasks.base import MinimalPair, Pairs
 from tinytf.training import trainer as training
@@ -65,15 +66,15 @@ def start_training(
         if config is not None:
             raise UserError("--resume continues a run with its own config: drop CONFIG (use --set to change it)")
         resume = resolve_run(resume)
-        resolved = load_run_config(resume / CONFIG_FILE, overrides)
+        resolved = load_run_setup(RunFolder(resume).config, overrides)
     elif config is None:
         with resources.as_file(resources.files("tinytf") / QUICKSTART) as path:
-            resolved = load_config(path, overrides)
+            resolved = load_setup(path, overrides)
         name = name or Path(QUICKSTART).stem
     else:
-        resolved = load_config(config, overrides)
+        resolved = load_setup(config, overrides)
         name = name or config.stem
-    loggers = [ProgressBarLogger(resolved.train.steps, resolved.train.stop_at_accuracy)]
+    loggers = [ProgressBarLogger(resolved.config.train.steps, resolved.config.train.stop_at_accuracy)]
     # training.train looked up at the call, so that a wrapper put there (a test's) is the one run
     return training.train(resolved, runs_dir=runs_dir, name=name or "run", resume=resume, loggers=loggers)
 
@@ -93,7 +94,7 @@ def training_summary(result: TrainResult) -> str:
 
 def interruption_note(result: TrainResult, launch: Launch | None) -> str:
     """What Ctrl-C left behind: where the run can resume from, and the command that does it."""
-    if not checkpoint_path(result.run_dir, "last").exists():
+    if not RunFolder(result.run_dir).checkpoint("last").exists():
         return f"interrupted before the first checkpoint; nothing to resume in {result.run_dir}"
     return (
         f"interrupted at step {result.step}; checkpoint saved in {result.run_dir}\n"
@@ -120,7 +121,7 @@ def run_heading(loaded: LoadedRun, checkpoint: str) -> str:
 def first_held_out(loaded: LoadedRun, n: int | None) -> Pairs:
     """The run's first `n` held-out examples (all of them for None): a `UserError` if the
     task's data file changed since training, or if there are fewer than `n`."""
-    check_data(loaded.run_dir, loaded.task)
+    RunFolder(loaded.run_dir).check_data(loaded.task)
     held_out = TaskData(loaded.task, loaded.config.seed).held_out
     if n is not None and n > len(held_out):
         raise UserError(f"--n {n}: the run's held-out set has {len(held_out)} examples (task.eval_size)")

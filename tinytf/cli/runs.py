@@ -1,7 +1,7 @@
 """Which run a `tinytf` command looks at, and how the command says so.
 
 With `--run`, that run. Without, the newest run under `--runs-dir` that has a checkpoint
-(`runs.resolve_run`), which the command names as `run RUN (best checkpoint, step N)`: the
+(`run/folder.py`'s `resolve_run`), which the command names as `run RUN (best checkpoint, step N)`: the
 heading of a table printed on stdout or, when stdout holds data (JSON, predictions) or a
 file is written, a line on stderr once the work is done. An error about what was asked of
 the model (an unknown token, a construction) names it instead, so that it stays one line.
@@ -21,20 +21,21 @@ from tinytf.cli.options import Checkpoint
 from tinytf.errors import UserError
 
 if TYPE_CHECKING:
-    from tinytf.run.folder import LoadedRun
+    from tinytf.run.load import LoadedRun
 
 
 def load_chosen_run(run: Path | None, runs_dir: Path, checkpoint: Checkpoint) -> LoadedRun:
     """`--run`, or the newest run under `--runs-dir` that has a checkpoint; says which
     newer runs it passed over (crashed or stopped before their first checkpoint), and
     whether the run is still being trained (it is used: its checkpoint so far)."""
-    from tinytf.run.folder import load_run, resolve_run, skipped_runs, training_process
+    from tinytf.run.folder import RunFolder, resolve_run, skipped_runs
+    from tinytf.run.load import load_run
 
     if run is None:
         for skipped in skipped_runs(runs_dir, checkpoint.value):
             typer.echo(f"note: skipping {skipped} (no {checkpoint.value} checkpoint yet)", err=True)
     run_dir = resolve_run(run, runs_dir, checkpoint.value)
-    if (pid := training_process(run_dir)) is not None:
+    if (pid := RunFolder(run_dir).training_process()) is not None:
         which = f"the newest run, {run_dir}," if run is None else str(run_dir)
         note = f"{which} is still training (process {pid}); using its {checkpoint.value} checkpoint so far"
         typer.echo(f"note: {note}", err=True)

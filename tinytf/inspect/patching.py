@@ -34,7 +34,7 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
-from tinytf.data.framing import DecoderFraming, Framing, LanguageModelFraming
+from tinytf.data.base import Framing
 from tinytf.errors import UserError
 from tinytf.model import Transformer
 from tinytf.model.names import act_name, is_value
@@ -121,13 +121,15 @@ def prompts_of(framing: Framing, pairs: Sequence[MinimalPair], max_len: int) -> 
 def prompt_ids(framing: Framing, text: str, max_len: int) -> list[int]:
     """What a decoder-only model (see `check_next_token`) has read when it writes the token
     LD scores: a language model's prompt as typed, a question's `[<bos>] source <sep>`."""
-    ids = framing.typed_input(text, max_len)
-    return framing.question_prompt(ids) if isinstance(framing, DecoderFraming) else ids
+    prompt = framing.next_token_prompt(framing.typed_input(text, max_len))
+    if prompt is None:
+        check_next_token(framing)
+    return prompt
 
 
 def check_next_token(framing: Framing) -> None:
     """A `UserError` unless `framing` is a decoder-only model's, one that predicts the next token."""
-    if not isinstance(framing, DecoderFraming | LanguageModelFraming):
+    if not framing.predicts_next_token:
         raise UserError(
             f"patching and attribution read decoder-only models (the next token after a prompt); this run is "
             f"an {framing.name}: train it with model.arch=decoder"
@@ -150,7 +152,7 @@ def patch(model: Transformer, groups: Sequence[Prompts], by: str = "head") -> Pa
         raise UserError(
             f"{by} compares positions, which do not line up across prompts of {lengths} tokens: patch by head"
         )
-    if model.decoder is None or model.encoder is not None:
+    if not model.is_decoder_only:
         raise UserError("activation patching reads decoder-only models (the next token after a prompt)")
     runs = [_patch_group(model, prompts, by) for prompts in groups]
     pairs = sum(len(prompts.answer) for prompts in groups)
@@ -263,7 +265,7 @@ def attribute(model: Transformer, tokens: torch.Tensor, answer: int, wrong: int)
     head's output (z_h W_O_h) and every MLP's, plus biases. The final LayerNorm is linear
     once its scale is fixed to the run's, so each part's contribution is
     (part - mean(part)) / scale * gamma . (W_U[answer] - W_U[wrong]), and they add up to LD."""
-    if model.decoder is None or model.encoder is not None:
+    if not model.is_decoder_only:
         raise UserError("logit attribution reads decoder-only models (the next token after a prompt)")
     if model.config.norm == "post":
         raise UserError(

@@ -111,6 +111,11 @@ class Transformer(nn.Module):
             self.lm_head.weight = self.token_embedding.weight
 
     @property
+    def is_decoder_only(self) -> bool:
+        """A causal stack alone (arch=decoder): it reads a prompt and predicts the next token."""
+        return self.encoder is None and self.decoder is not None
+
+    @property
     def rope(self) -> RotaryPositions | None:
         return self.positions if isinstance(self.positions, RotaryPositions) else None
 

@@ -1,4 +1,6 @@
-"""Run folders: where a training run keeps everything, and how it is found again.
+"""Run folders: where a training run keeps everything, and how it is found again. The one
+place that names a run's files; it imports no torch, so a reader (`sweep show`, a script)
+that only reads metrics loads none.
 
     runs/<name>-<YYYYmmdd-HHMMSS>/
         config.yaml            the fully resolved config
@@ -11,8 +13,9 @@
 
 A new run never reuses a folder: creation is atomic and a name already taken gets a
 numeric suffix. A run is trained by one process at a time: training holds an OS lock
-on `train.lock` (filelock; released by the system if the process dies) and writes its
-PID to `train.pid`, so a second trainer is refused with that number.
+on `train.lock` (`RunFolder.locked`; filelock, released by the system if the process
+dies) and writes its PID to `train.pid` (`claim`), so a second trainer is refused with
+that number. Every file is written atomically: a kill leaves the old file or the new one.
 """
 
 from __future__ import annotations
@@ -25,19 +28,16 @@ import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import filelock
-import torch
 
-from tinytf.config import Config
-from tinytf.data.framing import Framing, get_framing
-from tinytf.errors import ConfigError, UserError
+from tinytf.errors import UserError
 from tinytf.files import check_run_name, write_bytes_atomically, write_text_atomically
-from tinytf.model import Transformer
-from tinytf.run.checkpoint import CheckpointError, config_mismatch, load_checkpoint, weights_mismatch
-from tinytf.run.setup import build_model, check_unchanged, load_run_config, save_config
-from tinytf.tasks import Task, get_task
-from tinytf.tasks.vocab import Vocabulary
+from tinytf.run.setup import Setup, save_config
+
+if TYPE_CHECKING:
+    from tinytf.tasks import Task
 
 CONFIG_FILE = "config.yaml"
 VOCAB_FILE = "vocab.json"
@@ -50,181 +50,196 @@ DATA_FINGERPRINT_FILE = "data.sha256"  # tasks that read a file: its hash when t
 log = logging.getLogger(__name__)
 
 
-def open_for_resume(run_dir: Path, config: Config, lock: contextlib.ExitStack) -> tuple[dict, Vocabulary]:
-    """The run's last state and vocabulary, once `config` is known to continue it. The run
-    is locked (on `lock`) before anything is read, so no other trainer writes meanwhile;
-    everything is checked before anything is written: a refused resume changes nothing."""
-    if not (Path(run_dir) / LOCK_FILE).is_file():  # (locking would create it)
-        raise UserError(f"{run_dir}: not a run folder of this tinytf version (it has no {LOCK_FILE})")
-    lock.enter_context(exclusive_training(run_dir))
-    check_unchanged(load_run_config(run_dir / CONFIG_FILE), config)
-    check_data(run_dir, get_task(config.task))
-    state = load_checkpoint(checkpoint_path(run_dir, "last"))
-    check_belongs(checkpoint_path(run_dir, "last"), state, config, run_dir)
-    if config.train.steps < state["step"]:
-        raise ConfigError(
-            f"train.steps={config.train.steps}: this run has trained {state['step']} steps "
-            f"already; resume with train.steps of at least {state['step']}"
-        )
-    return state, Vocabulary.load(run_dir / VOCAB_FILE)
+@dataclass(frozen=True)
+class RunFolder:
+    """One run folder: the names of its files, reading them, and (for training) its lock."""
 
+    path: Path
 
-def prepare_run_dir(
-    config: Config,
-    task: Task,
-    step: int,
-    resume: Path | None,
-    runs_dir: str | Path,
-    name: str,
-    lock: contextlib.ExitStack,
-) -> tuple[Path, int | None]:
-    """The run folder, locked (on `lock`) and claimed, with its config and vocabulary: a new
-    one, made only now that the config and the task's data have proven usable, or the
-    resumed one, tidied up to its last checkpoint at `step`; and for a resumed run the last
-    step whose metrics it dropped that it trains again, within its budget (None: none)."""
-    redone = None
-    if resume is not None:
-        run_dir = resume
-        dropped = tidy_for_resume(run_dir, step)
-        redone = min(dropped, config.train.steps) if dropped is not None and config.train.steps > step else None
-    else:
-        run_dir = create_run_dir(runs_dir, name)
-        lock.enter_context(exclusive_training(run_dir))
-        task.vocab.save(run_dir / VOCAB_FILE)
-        record_data(run_dir, task)
-    claim(run_dir)
-    lock.callback((run_dir / PID_FILE).unlink, missing_ok=True)
-    save_config(config, run_dir / CONFIG_FILE)  # after a resume: the config it continues with
-    return run_dir, redone
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "path", Path(self.path))
 
+    @property
+    def config(self) -> Path:
+        return self.path / CONFIG_FILE
 
-def create_run_dir(runs_dir: str | Path, name: str) -> Path:
-    """Make a fresh, empty run folder `<runs_dir>/<name>-<timestamp>[-N]`."""
-    runs_dir = Path(runs_dir)
-    check_run_name(name, runs_dir)
-    stem = f"{name}-{dt.datetime.now().strftime('%Y%m%d-%H%M%S')}"
-    try:
-        runs_dir.mkdir(parents=True, exist_ok=True)
-        for attempt in range(1, 1000):
-            run_dir = runs_dir / (stem if attempt == 1 else f"{stem}-{attempt}")
-            try:
-                run_dir.mkdir()  # fails if it exists: two runs can never share a folder
-            except FileExistsError:
-                continue
-            (run_dir / CHECKPOINTS).mkdir()
-            return run_dir
-    except OSError as err:
-        raise UserError(f"{runs_dir}: cannot create a run folder ({err.strerror or err})") from None
-    raise UserError(f"{runs_dir}: cannot find a free run folder name for {stem!r}")
+    @property
+    def vocab(self) -> Path:
+        return self.path / VOCAB_FILE
 
+    @property
+    def metrics(self) -> Path:
+        return self.path / METRICS_FILE
 
-@contextlib.contextmanager
-def exclusive_training(run_dir: Path) -> Iterator[None]:
-    """Hold the run's training lock while the block runs; a `UserError` naming the
-    process that holds it if another one does. The lock is the OS's, on `train.lock`
-    (made if missing): a killed trainer leaves no stale lock behind."""
-    lock = filelock.FileLock(Path(run_dir) / LOCK_FILE, timeout=0)  # timeout=0: try once, never wait
-    try:
-        lock.acquire()
-    except filelock.Timeout:
-        pid_file = Path(run_dir) / PID_FILE
-        pid = pid_file.read_text().strip() if pid_file.is_file() else "unknown"
-        raise UserError(f"{run_dir} is being trained by process {pid}; wait for it or stop it first") from None
-    try:
-        yield
-    finally:
-        lock.release()
+    def checkpoint(self, which: str) -> Path:
+        """checkpoints/`which`.pt: "last" or "best"."""
+        return self.path / CHECKPOINTS / f"{which}.pt"
 
+    def is_run(self) -> bool:
+        return self.config.is_file()
 
-def training_process(run_dir: Path) -> str | None:
-    """The PID (as recorded, or "unknown") of the process training `run_dir` now, or None
-    when none is. Only a run with a train.pid is probed (training writes it and removes it
-    at the end; a killed trainer leaves it): its lock is tried once and released at once."""
-    pid_file = Path(run_dir) / PID_FILE
-    if not (pid_file.is_file() and (Path(run_dir) / LOCK_FILE).is_file()):
-        return None
-    try:
-        with exclusive_training(run_dir):
-            return None  # free: a trainer killed before it could remove its train.pid
-    except OSError:  # a lock file this user may not open: no trainer of theirs holds it
-        return None
-    except UserError:
+    def has_checkpoint(self, which: str | None = None) -> bool:
+        """Whether it holds the `which` checkpoint ("best", "last"); None: either."""
+        return any(self.checkpoint(kind).is_file() for kind in ([which] if which else ["last", "best"]))
+
+    def read_metrics(self) -> list[dict[str, Any]]:
+        """Every record of metrics.jsonl, in the order logged; a `UserError` naming the first
+        line that is not one (torn: is the run still writing it?)."""
+        if not self.metrics.is_file():
+            raise UserError(f"{self.path}: not a run folder with metrics (no {METRICS_FILE})")
+        records = []
+        for number, line in enumerate(self.metrics.read_bytes().splitlines(keepends=True), start=1):
+            if (record := metrics_record(line)) is None:
+                raise UserError(f"{self.metrics}: line {number} is not a metrics record (is the run still writing it?)")
+            records.append(record)
+        return records
+
+    # ---- training it
+
+    @classmethod
+    def create(cls, runs_dir: str | Path, name: str) -> RunFolder:
+        """Make a fresh, empty run folder `<runs_dir>/<name>-<timestamp>[-N]`."""
+        runs_dir = Path(runs_dir)
+        check_run_name(name, runs_dir)
+        stem = f"{name}-{dt.datetime.now().strftime('%Y%m%d-%H%M%S')}"
+        try:
+            runs_dir.mkdir(parents=True, exist_ok=True)
+            for attempt in range(1, 1000):
+                path = runs_dir / (stem if attempt == 1 else f"{stem}-{attempt}")
+                try:
+                    path.mkdir()  # fails if it exists: two runs can never share a folder
+                except FileExistsError:
+                    continue
+                (path / CHECKPOINTS).mkdir()
+                return cls(path)
+        except OSError as err:
+            raise UserError(f"{runs_dir}: cannot create a run folder ({err.strerror or err})") from None
+        raise UserError(f"{runs_dir}: cannot find a free run folder name for {stem!r}")
+
+    @contextlib.contextmanager
+    def resuming(self) -> Iterator[RunFolder]:
+        """`locked`, for a folder that training wrote: a `UserError`, before a lock file is
+        made in it, for one that no training of this tinytf wrote (it has no train.lock)."""
+        if not (self.path / LOCK_FILE).is_file():
+            raise UserError(f"{self.path}: not a run folder of this tinytf version (it has no {LOCK_FILE})")
+        with self.locked():
+            yield self
+
+    @contextlib.contextmanager
+    def locked(self) -> Iterator[RunFolder]:
+        """Hold the run's training lock while the block runs; a `UserError` naming the
+        process that holds it if another one does. The lock is the OS's, on `train.lock`
+        (made if missing): a killed trainer leaves no stale lock behind. On leaving, this
+        process's `claim` is withdrawn."""
+        lock = filelock.FileLock(self.path / LOCK_FILE, timeout=0)  # timeout=0: try once, never wait
+        try:
+            lock.acquire()
+        except filelock.Timeout:
+            raise UserError(
+                f"{self.path} is being trained by process {self._recorded_pid()}; wait for it or stop it first"
+            ) from None
+        try:
+            yield self
+        finally:
+            if self._recorded_pid() == str(os.getpid()):
+                (self.path / PID_FILE).unlink(missing_ok=True)
+            lock.release()
+
+    def claim(self) -> None:
+        """Record this process as the run's trainer (within `locked`)."""
+        write_text_atomically(self.path / PID_FILE, f"{os.getpid()}\n")
+
+    def training_process(self) -> str | None:
+        """The PID (as recorded, or "unknown") of the process training the run now, or None
+        when none is. Only a run with a train.pid is probed (training writes it and removes it
+        at the end; a killed trainer leaves it): its lock is tried once and released at once."""
+        if not ((self.path / PID_FILE).is_file() and (self.path / LOCK_FILE).is_file()):
+            return None
+        lock = filelock.FileLock(self.path / LOCK_FILE, timeout=0)
+        try:
+            with lock:
+                return None  # free: a trainer killed before it could remove its train.pid
+        except filelock.Timeout:
+            return self._recorded_pid()
+        except OSError:  # a lock file this user may not open: no trainer of theirs holds it
+            return None
+
+    def _recorded_pid(self) -> str:
+        pid_file = self.path / PID_FILE
         pid = pid_file.read_text().strip() if pid_file.is_file() else ""
         return pid or "unknown"
 
-
-def claim(run_dir: Path) -> None:
-    """Record this process as the run's trainer (call while holding `exclusive_training`)."""
-    write_text_atomically(Path(run_dir) / PID_FILE, f"{os.getpid()}\n")
-
-
-def tidy_for_resume(run_dir: Path, step: int) -> int | None:
-    """Before a resumed run continues from `step`: drop metrics.jsonl rows logged after
-    that step (they will be logged again), remove the temporary files of writes that a kill
-    interrupted, and drop lines that are not metrics (a torn last line, bytes that are not
-    UTF-8 or not JSON), saying so in a note (logged: the CLI prints it). Returns the last
-    step logged past `step` (None if there was none): steps up to it will be redone."""
-    run_dir = Path(run_dir)
-    for temporary in [*run_dir.glob(".*.tmp"), *(run_dir / CHECKPOINTS).glob(".*.tmp")]:
-        temporary.unlink(missing_ok=True)
-    metrics = run_dir / METRICS_FILE
-    if not metrics.is_file():
-        return None
-    kept, damaged, dropped = [], [], []
-    for number, line in enumerate(metrics.read_bytes().splitlines(keepends=True), start=1):
-        logged = _step_of(line)
-        if logged is None:
-            damaged.append(number)
-        elif logged <= step:
-            kept.append(line)
+    def make_ready(self, setup: Setup, step: int, *, resumed: bool) -> int | None:
+        """The locked folder made ready to train `setup` from `step`: a new run keeps its
+        vocabulary and data file's hash, a resumed one is tidied up to its last checkpoint
+        (`tidy_to`); both record their trainer (`claim`) and the config they train with.
+        Returns, for a resumed run, the last step whose metrics it dropped that it trains
+        again, within its budget (None: none)."""
+        redone = None
+        if resumed:
+            dropped, steps = self.tidy_to(step), setup.config.train.steps
+            redone = min(dropped, steps) if dropped is not None and steps > step else None
         else:
-            dropped.append(logged)
-    write_bytes_atomically(metrics, b"".join(kept))
-    if damaged:
-        shown = ", ".join(map(str, damaged[:5])) + (", ..." if len(damaged) > 5 else "")
-        log.warning(
-            f"{metrics}: dropped {len(damaged)} line(s) that are not metrics (line {shown}: torn, not UTF-8 or not "
-            "a JSON object with a step); the other rows are kept"
-        )
-    return max(dropped, default=None)
+            setup.task.vocab.save(self.vocab)
+            if (fingerprint := setup.task.data_fingerprint()) is not None:
+                write_text_atomically(self.path / DATA_FINGERPRINT_FILE, fingerprint + "\n")
+        self.claim()
+        save_config(setup, self.config)
+        return redone
+
+    def check_data(self, task: Task) -> None:
+        """A `UserError` if the run's data file has changed since it was trained: its held-out
+        windows, and what training would continue on, are no longer the run's."""
+        recorded = self.path / DATA_FINGERPRINT_FILE
+        if recorded.is_file() and recorded.read_text().strip() != task.data_fingerprint():
+            raise UserError(
+                f"task.path: {task.config.path} has changed since {self.path} was trained on it "
+                f"(its SHA-256 differs from {DATA_FINGERPRINT_FILE}); its held-out set would not be "
+                "the run's: restore the file or train a new run"
+            )
+
+    def tidy_to(self, step: int) -> int | None:
+        """Before a resumed run continues from `step`: drop metrics.jsonl rows logged after
+        that step (they will be logged again), remove the temporary files of writes that a kill
+        interrupted, and drop lines that are not metrics (a torn last line, bytes that are not
+        UTF-8 or not JSON), saying so in a note (logged: the CLI prints it). Returns the last
+        step logged past `step` (None if there was none): steps up to it will be redone."""
+        for temporary in [*self.path.glob(".*.tmp"), *(self.path / CHECKPOINTS).glob(".*.tmp")]:
+            temporary.unlink(missing_ok=True)
+        if not self.metrics.is_file():
+            return None
+        kept, damaged, dropped = [], [], []
+        for number, line in enumerate(self.metrics.read_bytes().splitlines(keepends=True), start=1):
+            record = metrics_record(line)
+            if record is None:
+                damaged.append(number)
+            elif record["step"] <= step:
+                kept.append(line)
+            else:
+                dropped.append(record["step"])
+        write_bytes_atomically(self.metrics, b"".join(kept))
+        if damaged:
+            shown = ", ".join(map(str, damaged[:5])) + (", ..." if len(damaged) > 5 else "")
+            log.warning(
+                f"{self.metrics}: dropped {len(damaged)} line(s) that are not metrics (line {shown}: torn, not UTF-8 "
+                "or not a JSON object with a step); the other rows are kept"
+            )
+        return max(dropped, default=None)
 
 
-def _step_of(line: bytes) -> int | None:
-    """The step of a whole metrics.jsonl line, or None if it is not one."""
-    if not line.endswith(b"\n"):  # torn: the process died while writing it
+def metrics_record(line: bytes) -> dict[str, Any] | None:
+    """A whole metrics.jsonl line as its record, or None if it is not one: torn (the process
+    died while writing it), not UTF-8, or not a JSON object with a whole-number step."""
+    if not line.endswith(b"\n"):
         return None
     try:
-        step = json.loads(line.decode("utf-8")).get("step")
-    except (ValueError, AttributeError):  # (UnicodeDecodeError is a ValueError)
+        record = json.loads(line.decode("utf-8"))
+    except ValueError:  # (UnicodeDecodeError is a ValueError)
         return None
-    return step if type(step) is int else None
+    return record if isinstance(record, dict) and type(record.get("step")) is int else None
 
 
-def record_data(run_dir: Path, task: Task) -> None:
-    """Keep the hash of the data file the run trains on (text task), to notice changes."""
-    fingerprint = task.data_fingerprint()
-    if fingerprint is not None:
-        write_text_atomically(Path(run_dir) / DATA_FINGERPRINT_FILE, fingerprint + "\n")
-
-
-def check_data(run_dir: Path, task: Task) -> None:
-    """A `UserError` if the run's data file has changed since it was trained: its held-out
-    windows, and what training would continue on, are no longer the run's."""
-    recorded = Path(run_dir) / DATA_FINGERPRINT_FILE
-    if recorded.is_file() and recorded.read_text().strip() != task.data_fingerprint():
-        raise UserError(
-            f"task.path: {task.config.path} has changed since {run_dir} was trained on it "
-            f"(its SHA-256 differs from {DATA_FINGERPRINT_FILE}); its held-out set would not be "
-            "the run's: restore the file or train a new run"
-        )
-
-
-def checkpoint_path(run_dir: Path, which: str) -> Path:
-    return Path(run_dir) / CHECKPOINTS / f"{which}.pt"
-
-
-def is_run_dir(path: Path) -> bool:
-    return (path / CONFIG_FILE).is_file()
+# ---- finding runs
 
 
 def newest_run(runs_dir: str | Path, which: str | None = None) -> Path:
@@ -234,7 +249,7 @@ def newest_run(runs_dir: str | Path, which: str | None = None) -> Path:
     runs = _runs_newest_first(runs_dir)
     if not runs:
         raise UserError(f"no runs in {runs_dir}/; train one first: tinytf train configs/quickstart.yaml")
-    with_checkpoint = [run for run in runs if has_checkpoint(run, which)]
+    with_checkpoint = [run for run in runs if RunFolder(run).has_checkpoint(which)]
     if not with_checkpoint:
         kind = f"a {which} checkpoint" if which else "a checkpoint"
         raise UserError(f"no run in {runs_dir}/ has {kind} yet (the newest is {runs[0].name}); train longer")
@@ -244,17 +259,13 @@ def newest_run(runs_dir: str | Path, which: str | None = None) -> Path:
 def skipped_runs(runs_dir: str | Path, which: str | None = None) -> list[Path]:
     """The runs newer than `newest_run(runs_dir, which)` that it passed over."""
     runs = _runs_newest_first(runs_dir)
-    return runs[: next((i for i, run in enumerate(runs) if has_checkpoint(run, which)), len(runs))]
-
-
-def has_checkpoint(run_dir: Path, which: str | None = None) -> bool:
-    """Whether `run_dir` holds the `which` checkpoint ("best", "last"); None: either."""
-    return any(checkpoint_path(run_dir, kind).is_file() for kind in ([which] if which else ["last", "best"]))
+    return runs[: next((i for i, run in enumerate(runs) if RunFolder(run).has_checkpoint(which)), len(runs))]
 
 
 def _runs_newest_first(runs_dir: str | Path) -> list[Path]:
     runs_dir = Path(runs_dir)
-    runs = [path for path in runs_dir.iterdir() if path.is_dir() and is_run_dir(path)] if runs_dir.is_dir() else []
+    folders = [path for path in runs_dir.iterdir() if path.is_dir()] if runs_dir.is_dir() else []
+    runs = [path for path in folders if RunFolder(path).is_run()]
     return sorted(runs, key=lambda path: (path / CONFIG_FILE).stat().st_mtime, reverse=True)
 
 
@@ -265,56 +276,6 @@ def resolve_run(run: str | Path | None, runs_dir: str | Path = "runs", which: st
     run_dir = Path(run)
     if not run_dir.is_dir():
         raise UserError(f"{run_dir}: run folder not found")
-    if not is_run_dir(run_dir):
+    if not RunFolder(run_dir).is_run():
         raise UserError(f"{run_dir}: not a tinytf run folder (no {CONFIG_FILE})")
     return run_dir
-
-
-def check_belongs(path: Path, state: dict, config: Config, run_dir: Path) -> None:
-    """A `CheckpointError` unless the checkpoint `state` (read from `path`) was trained with
-    the model and task settings of `config` (the run's config.yaml, with any overrides)."""
-    if (found := config_mismatch(state, config.model, config.task)) is not None:
-        raise CheckpointError(
-            f"{path} does not belong with {run_dir / CONFIG_FILE}: {found}; was config.yaml edited, "
-            "or the checkpoint copied from another run?"
-        )
-
-
-@dataclass
-class LoadedRun:
-    run_dir: Path
-    config: Config
-    task: Task
-    framing: Framing
-    model: Transformer  # in eval mode
-    step: int  # the training step the checkpoint was saved at
-
-    @property
-    def vocab(self) -> Vocabulary:
-        return self.task.vocab
-
-
-def load_task(run_dir: Path, config: Config) -> Task:
-    """The run's task, with the vocabulary saved in the run (the task's data may be gone)."""
-    task = get_task(config.task)
-    task.vocab = Vocabulary.load(Path(run_dir) / VOCAB_FILE)
-    return task
-
-
-def load_run(run_dir: str | Path | None = None, which: str = "best", device: str | torch.device = "cpu") -> LoadedRun:
-    """A trained model from its run folder (None: the newest under ./runs with the `which`
-    checkpoint, as the commands pick without --run), with its task, framing and saved vocabulary."""
-    run_dir = resolve_run(run_dir, which=which)
-    config = load_run_config(run_dir / CONFIG_FILE, data=False)  # the saved vocabulary is all it needs
-    task = load_task(run_dir, config)
-    path = checkpoint_path(run_dir, which)
-    if not path.exists():
-        raise UserError(f"{run_dir}: no {which} checkpoint yet ({path.relative_to(run_dir)}); train longer or wait")
-    state = load_checkpoint(path)
-    check_belongs(path, state, config, run_dir)
-    model = build_model(config, vocab_size=len(task.vocab))
-    if (found := weights_mismatch(model.state_dict(), state["model"])) is not None:
-        raise CheckpointError(f"{path} does not fit {run_dir / CONFIG_FILE} and {VOCAB_FILE}: {found}")
-    model.load_state_dict(state["model"])
-    framing = get_framing(task, config.model.arch)
-    return LoadedRun(run_dir, config, task, framing, model.to(device).eval(), int(state.get("step", 0)))

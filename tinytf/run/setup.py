@@ -15,8 +15,10 @@ Nothing here imports torch.
 
 from __future__ import annotations
 
+import copy
 import difflib
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
 from os import PathLike
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -24,7 +26,9 @@ from typing import TYPE_CHECKING, Any
 from tinytf.config import Config, ConfigProblem, config_from_dict, dump_config, read_config, read_yaml
 from tinytf.data.framing import FRAMINGS, Framing, get_framing
 from tinytf.files import write_text_atomically
-from tinytf.tasks import TASKS, Task, get_task
+from tinytf.tasks import TASKS, Task
+from tinytf.tasks.base import examples_per_step
+from tinytf.tasks.vocab import Vocabulary
 
 if TYPE_CHECKING:
     from tinytf.model import Transformer
@@ -36,25 +40,42 @@ def load_config(path: str | Path, overrides: Iterable[str] = ()) -> Config:
     """Read a YAML config, apply ``KEY=VALUE`` overrides, validate and check it.
     Every mistake is a `ConfigError` with a one-line message naming the file or `--set`;
     arguments of the wrong type are a `TypeError`."""
+    return load_setup(path, overrides).config
+
+
+def load_setup(path: str | Path, overrides: Iterable[str] = ()) -> Setup:
+    """`load_config`, with the task and framing its check built."""
     if not isinstance(path, str | Path):
         raise TypeError(f"load_config: path must be a YAML file's path (str or Path), not {type(path).__name__}")
     items = list(overrides) if isinstance(overrides, Iterable) and not isinstance(overrides, str | bytes) else None
     if items is None or not all(isinstance(item, str) for item in items):
         raise TypeError(f"load_config: overrides must be a list of 'KEY=VALUE' strings, not {overrides!r}")
-    return read_config(path, items, check=check_config)
+    made: list[Setup] = []
+    read_config(path, items, check=lambda config: made.append(Setup.of(config)))
+    return made[0]
 
 
-def load_run_config(path: str | Path, overrides: Iterable[str] = (), *, data: bool = True) -> Config:
+def load_run_setup(path: str | Path, overrides: Iterable[str] = (), *, data: bool = True) -> Setup:
     """A run folder's saved config.yaml (see `load_config`), with `overrides` for
     continuing it: those may change how it trains (train.*, log.*), never what it is
     (see `check_unchanged`). `data`: see `check_config`."""
     content = read_yaml(path)
-    saved = config_from_dict(content, (), str(path), check=lambda c: check_config(c, data=data))
-    if not overrides:
-        return saved
-    return config_from_dict(
-        content, overrides, str(path), check=lambda c: check_unchanged(saved, check_config(c, data=data))
-    )
+    saved = config_from_dict(content, (), str(path)) if overrides else None  # the schema alone: to compare
+    made: list[Setup] = []
+
+    def check(config: Config) -> None:
+        made.append(Setup.of(config, data=data))
+        if saved is not None:
+            check_unchanged(saved, config)
+
+    config_from_dict(content, overrides, str(path), check=check)
+    return made[0]
+
+
+def read_saved_config(path: str | Path) -> Config:
+    """A run's saved config.yaml, validated by the schema but not checked against its task
+    (what it was trained with, to compare a resumed config to)."""
+    return config_from_dict(read_yaml(path), (), str(path))
 
 
 # What its weights, vocabulary and held-out set depend on, and the optimizer, whose state
@@ -84,53 +105,112 @@ def _dotted(data: dict) -> dict:
     }
 
 
+@dataclass(frozen=True)
+class Setup:
+    """A config checked against its task, with the task and its framing for the config's
+    architecture: what every layer of a run works from, worked out once by `Setup.of`."""
+
+    config: Config
+    task: Task
+    framing: Framing
+
+    @classmethod
+    def of(cls, config: Config, *, data: bool = True) -> Setup:
+        """Check `config` (see `check_config`) and build its task and framing. `data=False`
+        skips the task's own settings check (its file exists...): building a model or
+        reading a trained run's saved vocabulary needs no data."""
+        task = _known_task(config.task.name)(config.task)
+        arch = config.model.arch
+        if arch not in task.archs:
+            raise ConfigProblem(
+                f"task {task.name!r} does not work with model.arch={arch}; it works with: {', '.join(task.archs)}",
+                "model.arch",
+                "task.name",
+            )
+        setup = cls(config, task, get_framing(task, arch))
+        setup._check_task_keys()
+        _check_model_keys(config)
+        _check_batch_size(config, task)
+        if data:
+            task.check()
+        longest = max(setup.framing.model_lengths())
+        if longest > config.model.max_len:
+            raise ConfigProblem(
+                f"model.max_len={config.model.max_len} is too short: task {task.name!r} with arch={arch} "
+                f"makes sequences of up to {longest} tokens",
+                "model.max_len",
+                *(f"task.{key}" for key in task.config_keys),
+                "model.arch",
+            )
+        return setup
+
+    @property
+    def examples_per_step(self) -> int:
+        """train.batch_size as a number of examples: `all` is the task's whole training set."""
+        return examples_per_step(self.task, self.config.train.batch_size)
+
+    @property
+    def used_task_keys(self) -> tuple[str, ...]:
+        """The keys of `config.task` that its task reads with `config.model.arch`."""
+        used = {*COMMON_TASK_KEYS, *self.task.config_keys} - (_framing_only_keys() - set(self.framing.task_keys))
+        return tuple(key for key in type(self.config.task).model_fields if key in used)  # in the schema's order
+
+    def with_vocab(self, vocab: Vocabulary) -> Setup:
+        """The same setup with a trained run's saved vocabulary (its data may have changed or gone)."""
+        task = copy.copy(self.task)
+        task.vocab = vocab
+        return replace(self, task=task, framing=get_framing(task, self.config.model.arch))
+
+    def with_task_path_resolved(self) -> Setup:
+        """The same setup with `task.path` (a text task's file) absolute, so that a run keeps
+        working from any folder; the same file, so it stays checked."""
+        if self.config.task.path is None:
+            return self
+        task = self.config.task.model_copy(update={"path": str(Path(self.config.task.path).resolve())})
+        return replace(self, config=self.config.model_copy(update={"task": task}))
+
+    def build_model(self) -> Transformer:
+        """A freshly initialised model for this setup (torch's global seed draws its weights)."""
+        from tinytf.model import Transformer  # torch, imported once a model is built
+
+        return Transformer(self.config.model, len(self.task.vocab))
+
+    def _check_task_keys(self) -> None:
+        """Every task key the config sets must be one this task reads with this architecture."""
+        config, task, used = self.config, self.task, self.used_task_keys
+        for key in type(config.task).model_fields:
+            if key not in config.task.model_fields_set or key in used:
+                continue
+            if key in task.config_keys:  # the task reads it, but only under another framing
+                users = ", ".join(f"arch={f.name}" for f in FRAMINGS.values() if key in f.task_keys)
+                raise ConfigProblem(
+                    f"task.{key}: arch={self.framing.name} does not use it (only {users} does)",
+                    f"task.{key}",
+                    "model.arch",
+                )
+            raise ConfigProblem(f"task.{key}: {task.name} does not use it (its keys: {', '.join(used)})", f"task.{key}")
+
+
 def check_config(config: Config, *, data: bool = True) -> Config:
     """Raise `ConfigProblem` (a `ConfigError`) if `config` does not fit its task; return it.
-    `data=False` skips the task's own settings check (its file exists...): building a
-    model or reading a trained run's saved vocabulary needs no data."""
-    task = _known_task(config.task.name)(config.task)
-    arch = config.model.arch
-    if arch not in task.archs:
-        raise ConfigProblem(
-            f"task {task.name!r} does not work with model.arch={arch}; it works with: {', '.join(task.archs)}",
-            "model.arch",
-            "task.name",
-        )
-    framing = get_framing(task, arch)
-    _check_task_keys(config, task, framing)
-    _check_model_keys(config)
-    _check_batch_size(config, task)
-    if data:
-        task.check()
-    longest = max(framing.model_lengths())
-    if longest > config.model.max_len:
-        raise ConfigProblem(
-            f"model.max_len={config.model.max_len} is too short: task {task.name!r} with arch={arch} "
-            f"makes sequences of up to {longest} tokens",
-            "model.max_len",
-            *(f"task.{key}" for key in task.config_keys),
-            "model.arch",
-        )
-    return config
+    `data=False`: see `Setup.of`."""
+    return Setup.of(config, data=data).config
 
 
 def used_task_keys(config: Config) -> tuple[str, ...]:
     """The keys of `config.task` that its task reads with `config.model.arch`."""
-    task = TASKS[config.task.name](config.task)
-    framing = get_framing(task, config.model.arch)
-    used = {*COMMON_TASK_KEYS, *task.config_keys} - (_framing_only_keys() - set(framing.task_keys))
-    return tuple(key for key in type(config.task).model_fields if key in used)  # in the schema's order
+    return Setup.of(config, data=False).used_task_keys
 
 
-def dump_checked_config(config: Config) -> str:
+def dump_checked_config(setup: Setup) -> str:
     """The config as YAML, every key with its value, the task section limited to the
     keys its task uses (so that loading it back passes `check_config`)."""
-    return dump_config(config, used_task_keys(config))
+    return dump_config(setup.config, setup.used_task_keys)
 
 
-def save_config(config: Config, path: str | Path) -> None:
+def save_config(setup: Setup, path: str | Path) -> None:
     """Write the fully resolved config (see `dump_checked_config`) atomically."""
-    write_text_atomically(path, dump_checked_config(config))
+    write_text_atomically(path, dump_checked_config(setup))
 
 
 def describe_tasks() -> list[str]:
@@ -160,20 +240,6 @@ def _known_task(name: str) -> type[Task]:
         hint = f"did you mean '{suggestion[0]}'? " if suggestion else ""
         raise ConfigProblem(f"task.name: {name!r} is not a task; {hint}known tasks: {', '.join(TASKS)}", "task.name")
     return TASKS[name]
-
-
-def _check_task_keys(config: Config, task: Task, framing: Framing) -> None:
-    """Every task key the config sets must be one this task reads with this architecture."""
-    used = used_task_keys(config)
-    for key in type(config.task).model_fields:
-        if key not in config.task.model_fields_set or key in used:
-            continue
-        if key in task.config_keys:  # the task reads it, but only under another framing
-            users = ", ".join(f"arch={f.name}" for f in FRAMINGS.values() if key in f.task_keys)
-            raise ConfigProblem(
-                f"task.{key}: arch={framing.name} does not use it (only {users} does)", f"task.{key}", "model.arch"
-            )
-        raise ConfigProblem(f"task.{key}: {task.name} does not use it (its keys: {', '.join(used)})", f"task.{key}")
 
 
 def _check_model_keys(config: Config) -> None:
@@ -226,9 +292,9 @@ def build_model(config: Config | Mapping[str, Any], vocab_size: int | None = Non
         )
     if not isinstance(config, Config):
         config = config_from_dict(config)
-    check_config(config, data=False)  # a model needs no data: a text task's file may be gone
+    setup = Setup.of(config, data=False)  # a model needs no data: a text task's file may be gone
     if vocab_size is None:
-        vocab_size = len(get_task(config.task).vocab)
+        return setup.build_model()
     from tinytf.model import Transformer  # torch, imported once a model is built
 
     return Transformer(config.model, vocab_size)

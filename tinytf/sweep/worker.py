@@ -20,7 +20,7 @@ import time
 import optuna
 
 from tinytf.errors import EXIT_INTERRUPTED, UserError
-from tinytf.run.setup import load_config
+from tinytf.run.setup import load_setup
 from tinytf.sweep.spec import Job, Param, overrides
 from tinytf.sweep.study import (
     HOST,
@@ -86,9 +86,9 @@ def train_run(trial: optuna.Trial, job: Job, setting: dict, seed: int) -> float:
     -inf when maximising, for a run that never reached the target or diverged)."""
     metric, worst = job.sweep.objective.metric, math.inf if job.sweep.objective.minimize else -math.inf
     try:
-        config = load_config(job.base, overrides(setting, seed))
-        watch = TargetWatch(trial, job, config.train.stop_at_accuracy)
-        result = train(config, runs_dir=job.folder, name=f"trial-{trial.number:03d}-seed-{seed}", loggers=[watch])
+        setup = load_setup(job.base, overrides(setting, seed))
+        watch = TargetWatch(trial, job, setup.config.train.stop_at_accuracy)
+        result = train(setup, runs_dir=job.folder, name=f"trial-{trial.number:03d}-seed-{seed}", loggers=[watch])
     except TrainingDiverged:  # a result: this setting does not train
         return worst
     except UserError as err:  # an invalid combination of values, a full disk...: the run fails for good

@@ -350,6 +350,7 @@ def join_job(requested_device: str, batch_size: int, whole_training_set: bool = 
         # collective's tensors while the interpreter shuts down (an abort at exit: "terminate
         # called without an active exception"). Imported first, it holds none, and leaving
         # the group joins those threads. tests/test_distributed.py checks that none is left.
+        # The private module itself: no public API imports it without doing work of its own.
         importlib.import_module("torch._dynamo")
         dist.init_process_group("gloo", timeout=COLLECTIVE_TIMEOUT)  # torchrun's MASTER_ADDR and MASTER_PORT
     job = None

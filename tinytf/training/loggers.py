@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TextIO
 
 from tinytf.files import append_text, naming_errors
+from tinytf.run.folder import RunFolder
 
 if TYPE_CHECKING:
     from torch import nn
@@ -173,9 +174,9 @@ class TensorBoardLogger(NullLogger):
     attention maps and at the end), the norms of the TOP_FREQUENCIES strongest frequencies
     as `fourier/k<k>` and the share of the squared norm they hold as `fourier/top_share`."""
 
-    def __init__(self, log_dir: Path, config: Config, metrics_file: Path | None = None) -> None:
-        """metrics_file: the run's metrics.jsonl; a resumed run's spectrum image starts from
-        the spectra it holds."""
+    def __init__(self, log_dir: Path, config: Config, run: RunFolder | None = None) -> None:
+        """run: the run folder; a resumed run's spectrum image starts from the spectra its
+        metrics.jsonl holds."""
         from tinytf.inspect.viz import HeadScoreImages, LayerImages  # matplotlib loads only when a figure is drawn
 
         self.log_dir, self.config = log_dir, config  # the config is logged as hparams
@@ -184,7 +185,7 @@ class TensorBoardLogger(NullLogger):
         self.score_images = HeadScoreImages()
         self.spectra: dict[int, list[float]] = {}  # step -> the Fourier norms logged then
         self.spectrum_drawn_at: int | None = None
-        self.metrics_file = metrics_file
+        self.run = run
         self.overlaid = False  # the CUSTOM SCALARS charts of the training set against the held-out set
 
     def start(self, run_dir: Path | None, start_step: int) -> None:
@@ -193,10 +194,10 @@ class TensorBoardLogger(NullLogger):
         with naming_errors(self.log_dir):
             self.writer = SummaryWriter(log_dir=str(self.log_dir))
         self.event_file = max(self.log_dir.glob("events.out.tfevents.*"))  # its own, the newest (named by time)
-        if start_step > 0 and self.metrics_file is not None and self.metrics_file.is_file():
-            with naming_errors(self.metrics_file):
-                records = [json.loads(line) for line in self.metrics_file.read_text().splitlines()]
-            # tidy_for_resume (runs.py) has kept only JSON objects with a step up to start_step;
+        if start_step > 0 and self.run is not None and self.run.metrics.is_file():
+            with naming_errors(self.run.metrics):
+                records = self.run.read_metrics()
+            # RunFolder.tidy_to has kept only JSON objects with a step up to start_step;
             # a hand-edited spectrum that is not a list of numbers is left out of the image.
             self.spectra = {r["step"]: r["norms"] for r in records if r.get("split") == "fourier" and _numbers(r)}
         self.thread_errors = threading.excepthook  # restored by finish()
@@ -259,7 +260,8 @@ class TensorBoardLogger(NullLogger):
             if self.spectra and self.spectrum_drawn_at != max(self.spectra):
                 self._draw_spectrum(max(self.spectra))
             with naming_errors(self.event_file):
-                # Written into this run's own event file (SummaryWriter.add_hparams would make a sub-run).
+                # Written into this run's own event file through SummaryWriter's undocumented
+                # file_writer: the public SummaryWriter.add_hparams always writes a sub-run.
                 metrics = {f"hparam/{key}": value for key, value in final.items()}
                 experiment, session_start, session_end = hparams(_flatten(self.config.to_dict()), metrics)
                 for summary in (experiment, session_start, session_end):

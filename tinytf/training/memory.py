@@ -3,15 +3,15 @@ before anything is allocated.
 
 Each size has its own bound (config.py), but bounds do not compose: a long task, a big
 held-out set and a wide model, each within its bounds, can together need hundreds of GB.
-`check_memory(config)`, which `tinytf.training.trainer.train` calls before it draws any data or
+`check_memory(setup)`, which `tinytf.training.trainer.train` calls before it draws any data or
 builds the model, refuses such a config in one line, naming its largest part and the keys
 behind it. The limit is `train.memory_limit_gb`, by default 80% of the machine's memory.
 
 The estimate (float32 weights and activations, int64 token ids) adds up:
 
-    the model           its parameters, their gradients and the optimizer's state (AdamW
-                        keeps two moments per parameter; Muon fewer: counted as AdamW), and
-                        a checkpoint of them serialised in memory
+    the model           its parameters (as model/size.py counts them), their gradients and
+                        the optimizer's state (AdamW keeps two moments per parameter; Muon
+                        fewer: counted as AdamW), and a checkpoint of them serialised in memory
     the held-out set    task.eval_size examples of source and target ids, and the copies
                         drawing and sorting them make
     a training step     what the backward pass keeps: per token and layer about 16 D + 4 F
@@ -30,10 +30,10 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from tinytf.config import Config, ConfigProblem, ModelConfig
-from tinytf.data.framing import get_framing
-from tinytf.tasks import get_task
-from tinytf.tasks.base import examples_per_step
+from tinytf.config import Config, ConfigProblem
+from tinytf.model.size import parameter_count, stack_depths
+from tinytf.run.setup import Setup
+from tinytf.training.constants import EVAL_BATCH, N_HEAD_SCORE_INPUTS
 
 GB = 10**9  # train.memory_limit_gb counts these
 FLOAT, ID = 4, 8  # bytes of a float32 and of an int64 token id
@@ -43,7 +43,6 @@ ATTENTION_MAPS = 5  # (B, H, T_q, T_k) maps a layer keeps for backward
 LOGITS_COPIES = 3  # the logits, their log-softmax and its gradient
 MODEL_COPIES = 7  # weights, gradients, two moments, and a checkpoint of the three serialised in memory
 HELD_OUT_COPIES = 5  # the held-out ids, the temporaries of drawing them, a sorted copy
-EVAL_EXAMPLES, HEAD_SCORE_EXAMPLES = 500, 64  # held-out examples evaluated, and scored, at once
 
 
 @dataclass(frozen=True)
@@ -53,26 +52,24 @@ class Part:
     keys: str  # the config keys that drive it: "task.eval_size × task.max_len"
 
 
-def estimate(config: Config) -> list[Part]:
-    """What training `config` (one `check_config` accepts) needs in memory, part by part."""
-    model, train = config.model, config.train
-    task = get_task(config.task)
-    tokens, source = get_framing(task, model.arch).model_lengths()  # the longest inputs
+def estimate(setup: Setup) -> list[Part]:
+    """What training `setup` needs in memory, part by part."""
+    config, task = setup.config, setup.task
+    model = config.model
+    tokens, source = setup.framing.model_lengths()  # the longest inputs
     vocab, d, f, heads = len(task.vocab), model.d_model, model.d_ff, model.n_heads
-    encoder_layers = (model.n_encoder_layers or model.n_layers) if source else 0
-    decoder_layers = (model.n_decoder_layers or model.n_layers) if source else model.n_layers
-    layers = encoder_layers + decoder_layers
-    parameters = _parameters(model, vocab, layers, cross_layers=decoder_layers if source else 0)
+    depths = stack_depths(model)
     positions = tokens + source
-    attention_area = decoder_layers * tokens * (tokens + source) + encoder_layers * source * source  # per head
-    step, held_out = examples_per_step(task, train.batch_size), task.held_out_size()
-    evaluated = min(EVAL_EXAMPLES, held_out)
-    scored = min(HEAD_SCORE_EXAMPLES, held_out) if config.log.attention_every and config.log.head_scores else 0
+    # per head: the layers over `tokens` attend to them (and to the source), the source's to itself
+    attention_area = depths.over_tokens * tokens * (tokens + source) + depths.over_source * source * source
+    step, held_out = setup.examples_per_step, task.held_out_size()
+    evaluated = min(EVAL_BATCH, held_out)
+    scored = min(N_HEAD_SCORE_INPUTS, held_out) if config.log.attention_every and config.log.head_scores else 0
     length = "task.max_len"
     return [
         Part(
             "the model and its optimizer",
-            MODEL_COPIES * parameters * FLOAT,
+            MODEL_COPIES * parameter_count(model, vocab) * FLOAT,
             "model.d_model, model.d_ff and model.n_layers",
         ),
         Part(
@@ -82,7 +79,7 @@ def estimate(config: Config) -> list[Part]:
         ),
         Part(
             "a training step's activations",
-            step * positions * layers * (FLOATS_PER_D * d + FLOATS_PER_F * f) * FLOAT,
+            step * positions * depths.layers * (FLOATS_PER_D * d + FLOATS_PER_F * f) * FLOAT,
             f"train.batch_size × {length} × model.n_layers × model.d_model",
         ),
         Part(
@@ -103,21 +100,13 @@ def estimate(config: Config) -> list[Part]:
     ]
 
 
-def _parameters(model: ModelConfig, vocab: int, layers: int, cross_layers: int) -> int:
-    """Attention (4 D²) and feed-forward (2 D F) matrices with their biases and LayerNorms
-    (a few D), a decoder's cross-attention, the token tables and learned positions."""
-    d, f = model.d_model, model.d_ff
-    per_layer = 4 * d * d + 2 * d * f + f + 24 * d
-    return layers * per_layer + cross_layers * 4 * d * d + 2 * vocab * d + model.max_len * d
-
-
-def check_memory(config: Config) -> None:
-    """A `ConfigProblem` (one `error:` line) if `config` needs more memory than its limit."""
-    limit = memory_limit(config)
+def check_memory(setup: Setup) -> None:
+    """A `ConfigProblem` (one `error:` line) if `setup` needs more memory than its limit."""
+    limit = memory_limit(setup.config)
     if limit is None:
         return
     allowed, reason = limit
-    parts = estimate(config)
+    parts = estimate(setup)
     total = sum(part.bytes for part in parts)
     if total <= allowed:
         return

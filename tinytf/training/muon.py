@@ -76,9 +76,10 @@ class Muon(torch.optim.Optimizer):
                     self.state[weight]["momentum_buffer"] = torch.zeros_like(weight)
             grads = [weight.grad for weight in weights]
             buffers = [self.state[weight]["momentum_buffer"] for weight in weights]
-            # torch's _foreach_ ops (those its own optimizers use) do one operation on every
-            # weight in one call: much less per-tensor overhead on many small matrices. Each
-            # stands for a loop, e.g. `for b, g in zip(buffers, grads): b.lerp_(g, 1 - momentum)`.
+            # torch's _foreach_ ops (private, but those its own optimizers use: no public op takes a
+            # list of tensors) do one operation on every weight in one call: much less per-tensor
+            # overhead on many small matrices. Each stands for a loop, e.g.
+            # `for b, g in zip(buffers, grads): b.lerp_(g, 1 - momentum)`.
             momentum = group["momentum"]
             torch._foreach_lerp_(buffers, grads, 1 - momentum)  # B <- momentum B + (1 - momentum) G
             directions = torch._foreach_lerp(grads, buffers, momentum)  # (1 - momentum) G + momentum B

@@ -40,7 +40,7 @@ import torch
 from torch import nn
 
 from tinytf.config import Config, LogConfig, TrainConfig
-from tinytf.data.framing import Framing, get_framing
+from tinytf.data.framing import Framing
 from tinytf.data.heldout import TaskData
 from tinytf.device import select_device, step_autocast, step_precision
 from tinytf.errors import UserError, first_line
@@ -57,11 +57,11 @@ from tinytf.run.checkpoint import (
     training_state_problem,
     weights_mismatch,
 )
-from tinytf.run.folder import METRICS_FILE, checkpoint_path, open_for_resume, prepare_run_dir
-from tinytf.run.setup import build_model, check_config
-from tinytf.tasks import get_task
+from tinytf.run.folder import RunFolder
+from tinytf.run.load import open_for_resume
+from tinytf.run.setup import Setup
 from tinytf.tasks.base import examples_per_step
-from tinytf.tasks.vocab import Vocabulary
+from tinytf.training.constants import EVAL_BATCH, N_HEAD_SCORE_INPUTS
 from tinytf.training.distributed import Job, OneProcess, join_job
 from tinytf.training.loggers import (
     Logger,
@@ -74,11 +74,6 @@ from tinytf.training.memory import check_memory
 from tinytf.training.optim import learning_rate, make_optimizer, set_learning_rate
 from tinytf.training.stopping import stop_on_signals
 
-# Held-out examples (the first ones: the same at every log) every head is scored on, with
-# log.head_scores. Enough for scores steady to about +-0.02; cheap next to the steps between
-# two logs.
-N_HEAD_SCORE_INPUTS = 64
-
 
 @dataclass
 class TrainResult:
@@ -90,7 +85,7 @@ class TrainResult:
 
 
 def train(
-    config: Config,
+    config: Config | Setup,
     *,
     runs_dir: str | Path = "runs",
     name: str = "run",
@@ -99,41 +94,34 @@ def train(
 ) -> TrainResult:
     """Train `config` in a new run folder under `runs_dir` (or continue the run `resume`).
 
+    config: a `Config` (checked here) or a `Setup` (`tinytf.run.setup.load_setup`: checked).
     The run folder gets config.yaml, vocab.json, checkpoints, metrics.jsonl and
     TensorBoard events; `loggers` receive the same reports (e.g. a progress bar).
     Under torchrun every process of the job trains; rank 0 alone reads and writes the
     run folder and reports to `loggers`.
     """
-    check_config(config)
-    check_memory(config)  # refuse, before anything is allocated, a config this machine cannot hold
+    setup = config if isinstance(config, Setup) else Setup.of(config)
+    check_memory(setup)  # refuse, before anything is allocated, a config this machine cannot hold
     resume = Path(resume) if resume is not None else None
-    if resume is None and config.task.path is not None:  # the run keeps working from any folder
-        absolute = str(Path(config.task.path).resolve())
-        config = config.model_copy(update={"task": config.task.model_copy(update={"path": absolute})})
+    setup = setup if resume is not None else setup.with_task_path_resolved()  # a new run works from any folder
+    train_settings = setup.config.train
     with (
-        join_job(
-            config.train.device,
-            examples_per_step(get_task(config.task), config.train.batch_size),
-            config.train.batch_size == "all",
-        ) as job,
-        contextlib.ExitStack() as lock,  # rank 0's, on the run
+        join_job(train_settings.device, setup.examples_per_step, train_settings.batch_size == "all") as job,
         stop_on_signals(job.stop_signals) as stop_requested,  # Ctrl-C from here on: saved at a step boundary
+        contextlib.ExitStack() as held,  # rank 0's lock on the run folder
     ):
-        state, vocab = None, None
-        if resume is not None:  # rank 0 checks the run and reads its state; a problem is every process's error
-            state, vocab = job.on_main(lambda: open_for_resume(resume, config, lock))
-        trainer = _assemble(config, vocab, loggers if job.is_main else (), job)
+        state = None
+        if resume is not None:  # rank 0 locks and checks the run and reads its state; its error is every process's
+            folder = job.on_main(lambda: held.enter_context(RunFolder(resume).resuming()))
+            state, vocab = job.on_main(lambda: open_for_resume(folder, setup))
+            setup = setup.with_vocab(vocab)
+        trainer = _assemble(setup, loggers if job.is_main else (), job)
         if state is not None:
             trainer.load_state_dict(state)
-        task, step = trainer.framing.task, trainer.step
-        trainer.run_dir, redone = job.on_main(lambda: prepare_run_dir(config, task, step, resume, runs_dir, name, lock))
-        if job.is_main:  # the run folder's own reports
-            run_dir = trainer.run_dir
-            metrics = run_dir / METRICS_FILE
-            trainer.loggers[:0] = [MetricsFileLogger(metrics), TensorBoardLogger(run_dir, config, metrics)]
-            if resume is not None:
-                for logger in trainer.loggers:
-                    logger.resumed(step, redone)
+        else:  # made only now that the config and the task's data have proven usable
+            folder = job.on_main(lambda: held.enter_context(RunFolder.create(runs_dir, name).locked()))
+        redone = job.on_main(lambda: folder.make_ready(setup, trainer.step, resumed=state is not None))
+        trainer.keep_in(folder, setup.config, resumed=state is not None, redone=redone)
         try:
             return trainer.run(stop_requested)
         except OSError as err:  # a full disk, most likely: every file written so far is whole
@@ -141,20 +129,16 @@ def train(
             raise UserError(f"{where}: {err.strerror or err}; {trainer.what_is_saved()}") from None
 
 
-def _assemble(config: Config, vocab: Vocabulary | None, loggers: Sequence[Logger], job: Job) -> Trainer:
-    """A Trainer for `config`: its task (with `vocab`, a resumed run's saved vocabulary),
-    data, framing and freshly initialised model."""
+def _assemble(setup: Setup, loggers: Sequence[Logger], job: Job) -> Trainer:
+    """A Trainer for `setup`: its data, framing and freshly initialised model."""
+    config = setup.config
     # A torchrun job has agreed on its processes' devices; one process picks as train.device says.
     device = job.device if job.device is not None else select_device(config.train.device)
     torch.manual_seed(config.seed)  # the model's initial weights: the same in every process
-    task = get_task(config.task)
-    if vocab is not None:
-        task.vocab = vocab
-    data = TaskData(task, config.seed)
-    model = build_model(config, vocab_size=len(task.vocab)).to(device)
+    data = TaskData(setup.task, config.seed)
+    model = setup.build_model().to(device)
     job.own_random_stream(config.seed)
-    framing = get_framing(task, config.model.arch)
-    return Trainer(model, framing, data, config.train, config.log, loggers, device=device, job=job)
+    return Trainer(model, setup.framing, data, config.train, config.log, loggers, device=device, job=job)
 
 
 class Trainer:
@@ -197,6 +181,17 @@ class Trainer:
         self.best: dict[str, float] = {}
         self.final: dict[str, float] = {}
         self.window = TrainingWindow(self.device)  # the training loss since the last log
+
+    def keep_in(self, folder: RunFolder, config: Config, *, resumed: bool, redone: int | None) -> None:
+        """Keep checkpoints in `folder`, and (rank 0) report to its metrics file and TensorBoard
+        events first; a resumed run tells every logger where it resumes (`Logger.resumed`)."""
+        self.run_dir = folder.path
+        if not self.job.is_main:
+            return
+        self.loggers[:0] = [MetricsFileLogger(folder.metrics), TensorBoardLogger(folder.path, config, folder)]
+        if resumed:
+            for logger in self.loggers:
+                logger.resumed(self.step, redone)
 
     def run(self, stop_requested: Callable[[], bool] | None = None) -> TrainResult:
         """Train (see the module docstring). `stop_requested`: the flag of a `stop_on_signals`
@@ -303,7 +298,7 @@ class Trainer:
         (Under torchrun rank 0 scores it, and tells the other processes what it decided.)"""
         improved = stop = False
         if self.job.is_main:
-            self.final = evaluate(self.model, self.framing, self.data.held_out)
+            self.final = evaluate(self.model, self.framing, self.data.held_out, EVAL_BATCH)
             values = {**self.final, "lr": self._lr(), "tokens_per_s": tokens_per_s}
             predictions = predictions_markdown(self.model, self.framing, self.data)
             for logger in self.loggers:
@@ -327,7 +322,7 @@ class Trainer:
         "train_set", beside the held-out "val") and the Fourier spectrum of the embedding of
         its numbers (fourier.py). Eval mode, no gradients, no random draws."""
         if self.data.train_set is not None:
-            on_train_set = evaluate(self.model, self.framing, self.data.train_set)
+            on_train_set = evaluate(self.model, self.framing, self.data.train_set, EVAL_BATCH)
             for logger in self.loggers:
                 logger.metrics(self.step, "train_set", on_train_set)
         residues = self.framing.task.residue_ids()
@@ -418,7 +413,7 @@ class Trainer:
         if self.run_dir is None:
             return
         state = self.state_dict()
-        path = checkpoint_path(self.run_dir, which)
+        path = RunFolder(self.run_dir).checkpoint(which)
         self.job.on_main(lambda: save_checkpoint(state, path))  # rank 0's error, on every process
         self.saved_steps[which] = self.step
 
