@@ -123,15 +123,16 @@ def test_attribute_splits_the_logit_difference_into_parts_that_add_up(sentences_
 
 
 def test_positions_are_labelled_with_one_pairs_words_and_drawn_pairs_counted_from_the_end(sentences_run):
-    from tinytf.cli.commands import patch_pairs
+    from tinytf.cli.commands.patch import PairDraw, patched
     from tinytf.run.load import load_run
 
     loaded = load_run(sentences_run)
-    one = ("the cat near the dogs", "the cats near the dogs", "sleeps", "sleep")
-    _, tokens, _ = patch_pairs(loaded, one, None, None, "layer-position")
-    assert tokens == ["<bos>", "the", "cat/cats", "near", "the", "dogs"]
-    _, tokens, _ = patch_pairs(loaded, (None,) * 4, 5, "subject", "layer-position")  # one length, other words
-    assert tokens is None  # the figure numbers positions -5..-1 instead
+    one = PairDraw("the cat near the dogs", "the cats near the dogs", "sleeps", "sleep")
+    assert patched(loaded, one, "layer-position", "best").tokens == ["<bos>", "the", "cat/cats", "near", "the", "dogs"]
+    drawn = PairDraw(n=5, construction="subject")  # one length, other words
+    assert (
+        patched(loaded, drawn, "layer-position", "best").tokens is None
+    )  # the figure numbers positions -5..-1 instead
 
 
 def test_png_draws_the_heatmaps_to_the_file_named(sentences_run, tmp_path):

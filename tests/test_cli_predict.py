@@ -9,7 +9,7 @@ import pytest
 import torch
 from conftest import TINY, assert_user_error, invoke, tiny_data, unblocked_after, write_config
 
-from tinytf.cli import app as cli
+from tinytf.cli import output
 from tinytf.config import config_from_dict
 from tinytf.data.framing import get_framing
 from tinytf.data.language_model import LM_CONTINUATION
@@ -226,7 +226,7 @@ def test_a_long_predict_file_shows_a_bar_on_stderr_and_only_answers_on_stdout(ru
     (tmp_path / "inputs.txt").write_text("\n".join(lines) + "\n")
     expected = [invoke("predict", line, "--run", run).stdout.strip() if line else "" for line in lines[:6]] * 4
 
-    monkeypatch.setattr(cli, "PROGRESS_FROM", 10)
+    monkeypatch.setattr(output, "PROGRESS_FROM", 10)
     long = invoke("predict", "--file", tmp_path / "inputs.txt", "--run", run)
     assert long.exit_code == 0, long.output
     assert long.stdout.split("\n")[:-1] == expected  # one line per input line, in the file's order
@@ -235,7 +235,7 @@ def test_a_long_predict_file_shows_a_bar_on_stderr_and_only_answers_on_stdout(ru
     as_json = invoke("predict", "--file", tmp_path / "inputs.txt", "--run", run, "--format", "json")
     assert [" ".join(json.loads(line)["output"]) for line in as_json.stdout.splitlines()] == expected
 
-    monkeypatch.setattr(cli, "PROGRESS_FROM", 21)
+    monkeypatch.setattr(output, "PROGRESS_FROM", 21)
     short = invoke("predict", "--file", tmp_path / "inputs.txt", "--run", run)
     assert short.stdout == long.stdout and short.stderr == ""
 
@@ -243,7 +243,7 @@ def test_a_long_predict_file_shows_a_bar_on_stderr_and_only_answers_on_stdout(ru
 def test_a_long_eval_shows_a_bar_on_stderr(run, monkeypatch):
     quiet = invoke("eval", "--run", run)
     assert quiet.exit_code == 0 and quiet.stderr == ""
-    monkeypatch.setattr(cli, "PROGRESS_FROM", 10)
+    monkeypatch.setattr(output, "PROGRESS_FROM", 10)
     shown = invoke("eval", "--run", run)
     assert shown.exit_code == 0, shown.output
     assert shown.stdout == quiet.stdout and "example" in shown.stderr

@@ -136,6 +136,23 @@ def test_show_png_draws_the_objective_against_each_parameter(grid, tmp_path):
     )
 
 
+def test_show_loads_no_torch_in_any_format(grid, tmp_path):
+    """`sweep show` reads a study and run folders' names: every format, in one fresh process."""
+    program = (
+        "import sys\n"
+        "from tinytf.cli.app import app\n"
+        "for args in sys.argv[1:]:\n"
+        "    try:\n"
+        "        app(['sweep', 'show', *args.split('|')], prog_name='tinytf')\n"
+        "    except SystemExit as exit:\n"
+        "        print(args.split('|')[2], exit.code, 'torch' in sys.modules, file=sys.stderr)\n"
+    )
+    formats = [f"{grid}|--format|{name}" for name in ("table", "json", "csv")]
+    formats.append(f"{grid}|--format|png|--out|{tmp_path / 'sweep.png'}")
+    result = subprocess.run([sys.executable, "-c", program, *formats], capture_output=True, text=True, timeout=120)
+    assert result.stderr.splitlines() == [f"{name} 0 False" for name in ("table", "json", "csv", "png")], result.stderr
+
+
 def wait_for_a_run(folder, seconds=60):
     """Wait until a trial's run has written a checkpoint (it is training)."""
     deadline = time.monotonic() + seconds

@@ -10,9 +10,6 @@ and `tinytf config show` start at once.
 
 from __future__ import annotations
 
-import contextlib
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -33,15 +30,15 @@ from tinytf.cli.options import (
     RunsDirOption,
     TableFormat,
 )
+from tinytf.cli.output import check_out, input_lines, progress_bar, write_text
 from tinytf.cli.runs import chosen_run
 from tinytf.cli.sweep import sweep_app
 from tinytf.errors import UserError
-from tinytf.files import read_regular_file
 from tinytf.run.setup import describe_tasks, dump_checked_config, load_setup
 from tinytf.tasks import CONSTRUCTIONS
 
 if TYPE_CHECKING:
-    from tinytf.data.batch import Progress
+    from tinytf.cli.commands import Report
 
 
 app = typer.Typer(
@@ -75,7 +72,7 @@ def train(
 
     On N processes: torchrun --nproc-per-node N -m tinytf train CONFIG (the same run, data-parallel)
     """
-    from tinytf.cli.commands import interruption_note, start_training, training_summary
+    from tinytf.cli.commands.train import interruption_note, start_training, training_summary
     from tinytf.training.distributed import JobFailed, Launch
 
     launch = Launch.from_environment()  # None without torchrun
@@ -130,26 +127,19 @@ def attend(
 
     Example: tinytf attend "the cat sat on the mat" --format html
     """
-    from tinytf.cli.commands import attention_text, check_attention_out, write_attention
-    from tinytf.inspect.attend import attention_report
+    from tinytf.cli.commands.attend import ATTENTION_FILES, attend
 
-    if out is not None:
-        check_attention_out(out, output_format.value)
+    check_out(out, output_format.value, ATTENTION_FILES, f"attention.{output_format.value}")
     with chosen_run(run, runs_dir, checkpoint, heading=output_format is AttendFormat.table) as loaded:
-        report = attention_report(loaded.model, loaded.framing, text, target).select(layer, head)
-    if report.note is not None:
-        typer.echo(f"note: {report.note}", err=True)
-    if output_format is AttendFormat.table:
-        typer.echo(attention_text(loaded, report, checkpoint.value))
-    elif output_format is AttendFormat.json and out is None:
-        typer.echo(report.to_json())
-    else:
-        path = write_attention(
-            loaded, report, output_format.value, out, text=text, target=target, checkpoint=checkpoint.value
-        )
-        typer.echo(f"wrote {path}")
-        if output_format is AttendFormat.html:
-            typer.echo(f"open it in a browser (it needs no network): {path.resolve().as_uri()}")
+        attended = attend(loaded, text, target, layer, head, checkpoint.value)
+    if output_format is AttendFormat.table or (output_format is AttendFormat.json and out is None):
+        show(attended, as_json=output_format is AttendFormat.json)
+        return
+    show_note(attended)
+    path = attended.write(output_format.value, out)
+    typer.echo(f"wrote {path}")
+    if output_format is AttendFormat.html:
+        typer.echo(f"open it in a browser (it needs no network): {path.resolve().as_uri()}")
 
 
 # --------------------------------------------------------------------------- heads
@@ -184,21 +174,13 @@ def heads(
 
     Example: tinytf heads --ablate zero
     """
-    from tinytf.cli.commands import check_writable_file, heads_output, score_heads, write_output
+    from tinytf.cli.commands.heads import score_heads
 
-    if out is not None:
-        check_writable_file(out, "heads.json" if output_format is TableFormat.json else "heads.txt")
+    check_out(out, output_format.value, None, "heads.json" if output_format is TableFormat.json else "heads.txt")
     heading = output_format is TableFormat.table and out is None  # on the terminal: the table's first line
     with chosen_run(run, runs_dir, checkpoint, heading=heading) as loaded:
-        report = score_heads(loaded, checkpoint.value, n, text, None if ablate is None else ablate.value)
-    if report.note is not None:
-        typer.echo(f"note: {report.note}", err=True)
-    content = heads_output(loaded, report, checkpoint.value, as_json=output_format is TableFormat.json)
-    if out is None:
-        typer.echo(content, nl=False)
-    else:
-        write_output(out, content)
-        typer.echo(f"wrote {out}")
+        scored = score_heads(loaded, checkpoint.value, n, text, None if ablate is None else ablate.value)
+    show(scored, as_json=output_format is TableFormat.json, out=out)
 
 
 # --------------------------------------------------------------------------- patch
@@ -239,17 +221,17 @@ def patch(
 
     Example: tinytf patch --pairs 200 --construction subject
     """
-    from tinytf.cli.commands import check_png_out, patch_output, patch_pairs, write_patch_png
+    from tinytf.cli.commands.patch import PairDraw, patched
 
-    check_png_out(out, output_format is PatchFormat.png, "patch.png")
+    check_out(out, output_format.value, ("png",), "patch.png")
+    draw = PairDraw(clean, corrupt, answer, wrong, pairs, construction)
     with chosen_run(run, runs_dir, checkpoint, heading=output_format is PatchFormat.table) as loaded:
-        report, tokens, note = patch_pairs(loaded, (clean, corrupt, answer, wrong), pairs, construction, by.value)
-    if note is not None:
-        typer.echo(f"note: {note}", err=True)
+        report = patched(loaded, draw, by.value, checkpoint.value)
     if output_format is PatchFormat.png:
-        typer.echo(f"wrote {write_patch_png(report, tokens, out)}")
+        show_note(report)
+        typer.echo(f"wrote {report.write_png(out)}")
     else:
-        typer.echo(patch_output(loaded, report, checkpoint.value, as_json=output_format is PatchFormat.json), nl=False)
+        show(report, as_json=output_format is PatchFormat.json)
 
 
 @app.command("attribute")
@@ -268,15 +250,11 @@ def attribute_command(
 
     Example: tinytf attribute "the cat near the dogs" --answer sleeps --wrong sleep
     """
-    from tinytf.cli.commands import attribution, attribution_output
+    from tinytf.cli.commands.patch import attributed
 
     with chosen_run(run, runs_dir, checkpoint, heading=output_format is TableFormat.table) as loaded:
-        report, note = attribution(loaded, text, answer, wrong)
-    if note is not None:
-        typer.echo(f"note: {note}", err=True)
-    typer.echo(
-        attribution_output(loaded, report, checkpoint.value, as_json=output_format is TableFormat.json), nl=False
-    )
+        report = attributed(loaded, text, answer, wrong, checkpoint.value)
+    show(report, as_json=output_format is TableFormat.json)
 
 
 # --------------------------------------------------------------------------- predict / eval
@@ -296,51 +274,14 @@ def predict(
 
     Example: tinytf predict "3 1 2"   (a sort model prints: 1 2 3)
     """
-    from tinytf.cli.commands import predict_output
+    from tinytf.cli.commands.predict import predictions
 
     if (text is None) == (file is None):
         raise UserError("give either TEXT or --file FILE")
     lines = [text] if file is None else input_lines(file)
     with chosen_run(run, runs_dir, checkpoint, heading=False) as loaded:  # stdout: the answers alone
-        output, note = predict_output(loaded, lines, file, output_format is PredictFormat.json, progress_bar)
-    if note is not None:
-        typer.echo(f"note: {note}", err=True)
-    typer.echo(output)  # in one write: a write per line can take longer than the answers
-
-
-PROGRESS_FROM = 2_000  # inputs or examples; fewer take about a second, without a bar
-
-
-@contextlib.contextmanager
-def progress_bar(total: int, unit: str) -> Iterator[Progress | None]:
-    """A progress callback drawing a tqdm bar on stderr (stdout holds the answers) while
-    `total` things are worked through, when there are many; None when there are few."""
-    if total < PROGRESS_FROM:
-        yield None
-        return
-    from tqdm import tqdm
-
-    with tqdm(total=total, unit=unit, file=sys.stderr, dynamic_ncols=True, leave=False) as bar:
-        yield bar.update
-
-
-MAX_INPUT_FILE_BYTES = 10_000_000
-
-
-def input_lines(file: Path) -> list[str]:
-    """The lines of a --file: a regular file of at most MAX_INPUT_FILE_BYTES (a pipe or
-    /dev/zero would never end), UTF-8, split at "\\n" or "\\r\\n" only, so that line N
-    is the file's line N."""
-    data = read_regular_file(file, MAX_INPUT_FILE_BYTES, "--file")
-    try:
-        content = data.decode("utf-8")
-    except UnicodeDecodeError as err:
-        line = data[: err.start].count(b"\n") + 1
-        raise UserError(f"{file}: line {line}: not UTF-8 text ({err.reason})") from None
-    lines = content.split("\n")  # not splitlines(): it also splits at \x0b, \x1c, \u2028...
-    if lines[-1] == "":
-        lines.pop()  # the newline that ends the last line
-    return [line.removesuffix("\r") for line in lines]
+        answers = predictions(loaded, lines, file, progress_bar)
+    show(answers, as_json=output_format is PredictFormat.json)  # in one write: a write per line can be slower
 
 
 @app.command("eval")
@@ -356,11 +297,10 @@ def evaluate_run(
 
     Example: tinytf eval --n 500
     """
-    from tinytf.cli.commands import evaluation_text
+    from tinytf.cli.commands.predict import evaluation
 
     with chosen_run(run, runs_dir, checkpoint, heading=True) as loaded:
-        text = evaluation_text(loaded, checkpoint.value, n, progress_bar)
-    typer.echo(text)
+        show(evaluation(loaded, checkpoint.value, n, progress_bar))
 
 
 # --------------------------------------------------------------------------- tasks / board / config
@@ -421,6 +361,23 @@ def config_show(
     Example: tinytf config show configs/quickstart.yaml --set model.d_model=64
     """
     typer.echo(dump_checked_config(load_setup(config, overrides or ())), nl=False)
+
+
+def show(report: Report, *, as_json: bool = False, out: Path | None = None) -> None:
+    """Every command's output: its note on stderr, then its text or JSON on stdout, or in
+    the file `out`."""
+    show_note(report)
+    content = (report.to_json() if as_json else report.to_text()) + "\n"
+    if out is None:
+        typer.echo(content, nl=False)
+    else:
+        write_text(out, content)
+        typer.echo(f"wrote {out}")
+
+
+def show_note(report: Report) -> None:
+    if report.note is not None:
+        typer.echo(f"note: {report.note}", err=True)
 
 
 def main() -> None:

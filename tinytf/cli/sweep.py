@@ -98,18 +98,16 @@ def show(
 
     Example: tinytf sweep show sort-encoder-lr --format csv
     """
-    from tinytf.cli.commands import check_png_out, writing
+    from tinytf.cli.output import check_out, write_png
     from tinytf.sweep.results import load_results, results_text
 
-    check_png_out(out, output_format is SweepFormat.png, "sweep.png")
+    check_out(out, output_format.value, ("png",), "sweep.png")
     results = load_results(sweep, storage=storage, runs_dir=runs_dir)
     if output_format is SweepFormat.png:
-        from tinytf.inspect.viz import save_png
         from tinytf.sweep.results import sweep_figure
 
         path = out or (results.folder or Path(".")) / "sweep.png"
-        with writing(path) as file:
-            save_png(sweep_figure(results), file)
+        write_png(path, sweep_figure(results))
         typer.echo(f"wrote {path}")
         return
     typer.echo(results_text(results, output_format.value), nl=False)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import sys
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, BinaryIO, TextIO
+from typing import TYPE_CHECKING, TextIO
 
 import numpy as np
 
@@ -255,11 +255,6 @@ def figure_pixels(figure: Figure) -> np.ndarray:
     canvas = FigureCanvasAgg(figure)
     canvas.draw()
     return np.asarray(canvas.buffer_rgba())[:, :, :3].copy()
-
-
-def save_png(figure: Figure, file: BinaryIO) -> None:
-    """`figure` as PNG into the open `file` (matplotlib cannot read a format from a file object)."""
-    figure.savefig(file, dpi=120, format="png")
 
 
 class LayerImages:
