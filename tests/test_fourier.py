@@ -14,8 +14,10 @@ from tinytf.inspect.viz import figure_pixels, spectrum_figure
 from tinytf.run.checkpoint import load_checkpoint
 from tinytf.run.folder import RunFolder
 from tinytf.tasks import get_task
+from tinytf.training import trainer
 from tinytf.training.loggers import RecordingLogger
-from tinytf.training.trainer import Trainer, train
+from tinytf.training.observers import fourier_spectrum, train_set_metrics
+from tinytf.training.trainer import train
 
 
 @pytest.mark.parametrize("p", [2, 7, 8, 113])
@@ -82,7 +84,12 @@ def test_tensorboard_gets_the_spectrum_image_and_the_strongest_frequencies(tmp_p
 def test_measuring_the_training_set_and_the_spectrum_never_changes_the_run(monkeypatch, tmp_path):
     config = modular_config(model={"dropout": 0.1})  # dropout draws from the stream measuring must not touch
     measured = train(config, runs_dir=tmp_path / "a").run_dir
-    monkeypatch.setattr(Trainer, "_report_inside", lambda self: None)
+    looking = trainer.observers_for
+
+    def without_them(settings, log):
+        return [o for o in looking(settings, log) if o.look not in (train_set_metrics, fourier_spectrum)]
+
+    monkeypatch.setattr(trainer, "observers_for", without_them)
     plain = train(config, runs_dir=tmp_path / "b").run_dir
     weights = [load_checkpoint(RunFolder(run).checkpoint("last"))["model"] for run in (measured, plain)]
     assert all(torch.equal(weights[0][key], weights[1][key]) for key in weights[0])

@@ -15,8 +15,9 @@ from tinytf.run.checkpoint import load_checkpoint
 from tinytf.run.folder import RunFolder
 from tinytf.run.setup import build_model
 from tinytf.tasks import get_task
+from tinytf.training.constants import N_HEAD_SCORE_INPUTS
 from tinytf.training.loggers import MetricsFileLogger, NullLogger, ProgressBarLogger, RecordingLogger, TensorBoardLogger
-from tinytf.training.trainer import N_HEAD_SCORE_INPUTS, Trainer, train
+from tinytf.training.trainer import Trainer, train
 
 MAPS = {"attention_every": 6}  # the tiny config draws no maps unless asked
 

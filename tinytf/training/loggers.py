@@ -9,8 +9,8 @@ samples, hparams), `ProgressBarLogger` (a tqdm bar on the terminal, used by the 
 metrics.jsonl holds one record per report: {"step", "split", metric: value, ...} for the
 splits "train" (the steps since the last log), "val" (the held-out set) and "train_set"
 (a fixed training set, whole), and {"step", "split": "fourier", "norms": [...]}.
-`attention_samples` and `predictions_markdown` choose what the trainer reports of the
-held-out set.
+Loggers only write: what the model is asked (predictions, attention maps, head scores...)
+is observers.py's.
 """
 
 from __future__ import annotations
@@ -18,7 +18,6 @@ from __future__ import annotations
 import json
 import math
 import threading
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TextIO
 
@@ -26,16 +25,10 @@ from tinytf.files import append_text, naming_errors
 from tinytf.run.folder import RunFolder
 
 if TYPE_CHECKING:
-    from torch import nn
-
     from tinytf.config import Config
-    from tinytf.data.framing import Framing
-    from tinytf.data.heldout import TaskData
     from tinytf.inspect.attend import AttentionReport
     from tinytf.inspect.heads import HeadReport
 
-N_ATTENTION_SAMPLES = 2  # inputs whose attention maps are logged (the task's showcase first)
-N_TEXT_SAMPLES = 4  # held-out examples whose predictions are logged as text
 # TensorBoard's CUSTOM SCALARS tab, for a task with a fixed training set: each chart draws
 # the whole training set's curve and the held-out set's together (memorised vs generalised).
 TRAIN_SET_BESIDE_HELD_OUT = {
@@ -44,29 +37,6 @@ TRAIN_SET_BESIDE_HELD_OUT = {
         "loss": ["Multiline", ["train_set/loss", "val/loss"]],
     }
 }
-
-
-def attention_samples(framing: Framing, data: TaskData) -> Iterator[tuple[str, str, str | None]]:
-    """(tag, input text, target text or None) of the fixed inputs whose attention maps are logged."""
-    showcase = framing.task.showcase
-    if showcase is not None:
-        yield "showcase", showcase, None
-    for i in range(min(N_ATTENTION_SAMPLES - (showcase is not None), len(data.held_out))):
-        yield f"sample{i}", *framing.typed_example(data.held_out, i)
-
-
-def predictions_markdown(model: nn.Module, framing: Framing, data: TaskData) -> str:
-    """A table of held-out inputs, targets and the model's answers ("" for language models)."""
-    if not framing.answers_questions:
-        return ""
-    examples = data.held_out[: min(N_TEXT_SAMPLES, len(data.held_out))]
-    render = framing.task.render
-    rows = ["| input | target | prediction |", "|---|---|---|"]
-    for i, answer in enumerate(framing.answers(model, examples)):
-        source, target = examples.example(i)
-        mark = "" if answer == target else " ✗"
-        rows.append(f"| {render(source)} | {render(target)} | {render(answer)}{mark} |")
-    return "\n".join(rows)
 
 
 class Logger(Protocol):

@@ -44,10 +44,7 @@ from tinytf.data.framing import Framing
 from tinytf.data.heldout import TaskData
 from tinytf.device import select_device, step_autocast, step_precision
 from tinytf.errors import UserError, first_line
-from tinytf.inspect.attend import attention_report
 from tinytf.inspect.evaluate import Correct, TrainingWindow, evaluate
-from tinytf.inspect.fourier import frequency_norms
-from tinytf.inspect.heads import head_scores
 from tinytf.run.checkpoint import (
     CheckpointError,
     config_mismatch,
@@ -61,16 +58,11 @@ from tinytf.run.folder import RunFolder
 from tinytf.run.load import open_for_resume
 from tinytf.run.setup import Setup
 from tinytf.tasks.base import examples_per_step
-from tinytf.training.constants import EVAL_BATCH, N_HEAD_SCORE_INPUTS
+from tinytf.training.constants import EVAL_BATCH
 from tinytf.training.distributed import Job, OneProcess, join_job
-from tinytf.training.loggers import (
-    Logger,
-    MetricsFileLogger,
-    TensorBoardLogger,
-    attention_samples,
-    predictions_markdown,
-)
+from tinytf.training.loggers import Logger, MetricsFileLogger, TensorBoardLogger
 from tinytf.training.memory import check_memory
+from tinytf.training.observers import observers_for
 from tinytf.training.optim import learning_rate, make_optimizer, set_learning_rate
 from tinytf.training.stopping import stop_on_signals
 
@@ -181,6 +173,7 @@ class Trainer:
         self.best: dict[str, float] = {}
         self.final: dict[str, float] = {}
         self.window = TrainingWindow(self.device)  # the training loss since the last log
+        self.observers = observers_for(settings, log)  # what it looks at beside the loss (observers.py)
 
     def keep_in(self, folder: RunFolder, config: Config, *, resumed: bool, redone: int | None) -> None:
         """Keep checkpoints in `folder`, and (rank 0) report to its metrics file and TensorBoard
@@ -251,8 +244,7 @@ class Trainer:
                     logger.metrics(step, "train", values)
             if step % settings.eval_every == 0 or finishing:
                 finishing |= self._validate(window.tokens_per_s)
-            if log.attention_every and (step % log.attention_every == 0 or finishing):
-                self._log_attention()
+            self._observe(finishing)
             if step % settings.checkpoint_every == 0 or finishing:
                 self._checkpoint("last")
             for logger in self.loggers:
@@ -300,12 +292,8 @@ class Trainer:
         if self.job.is_main:
             self.final = evaluate(self.model, self.framing, self.data.held_out, EVAL_BATCH)
             values = {**self.final, "lr": self._lr(), "tokens_per_s": tokens_per_s}
-            predictions = predictions_markdown(self.model, self.framing, self.data)
             for logger in self.loggers:
                 logger.metrics(self.step, "val", values)
-                if predictions:
-                    logger.text(self.step, "predictions", predictions)
-            self._report_inside()
             score = [self.final["seq_acc"], -self.final["loss"]]
             improved = self.best_score is None or score > self.best_score
             if improved:
@@ -317,34 +305,14 @@ class Trainer:
             self._checkpoint("best")
         return stop
 
-    def _report_inside(self) -> None:
-        """At an evaluation, where the task has them: the whole training set's metrics (split
-        "train_set", beside the held-out "val") and the Fourier spectrum of the embedding of
-        its numbers (fourier.py). Eval mode, no gradients, no random draws."""
-        if self.data.train_set is not None:
-            on_train_set = evaluate(self.model, self.framing, self.data.train_set, EVAL_BATCH)
-            for logger in self.loggers:
-                logger.metrics(self.step, "train_set", on_train_set)
-        residues = self.framing.task.residue_ids()
-        if residues is not None:
-            norms = frequency_norms(self.model.token_embedding.weight[residues.to(self.device)])
-            for logger in self.loggers:
-                logger.fourier(self.step, norms.tolist())
-
-    def _log_attention(self) -> None:
-        """The attention maps of the fixed samples, then (log.head_scores) every head's
-        pattern scores on the first N_HEAD_SCORE_INPUTS held-out examples (rank 0's work)."""
-        if not self.job.is_main:
+    def _observe(self, finishing: bool) -> None:
+        """Every observer due at this step looks at the model and reports (rank 0's work;
+        eval mode, no gradients, no random draws: training goes on unchanged)."""
+        if not (self.job.is_main and self.loggers):
             return
-        for sample, text, target in attention_samples(self.framing, self.data):
-            report = attention_report(self.model, self.framing, text, target)
-            for logger in self.loggers:
-                logger.attention(self.step, sample, report)
-        if self.log.head_scores and self.loggers:
-            # eval mode, no gradients, no random draws (see head_scores): training goes on unchanged
-            scores = head_scores(self.model, self.framing, self.data.held_out[:N_HEAD_SCORE_INPUTS])
-            for logger in self.loggers:
-                logger.heads(self.step, scores)
+        for observer in self.observers:
+            if observer.due(self.step, finishing):
+                observer.look(self.step, self.model, self.framing, self.data, self.loggers)
 
     def _lr(self) -> float:
         return learning_rate(self.step, self.settings)  # the rate of step `self.step`, the next to run
