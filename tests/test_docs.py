@@ -5,6 +5,7 @@ import re
 from pathlib import Path
 
 import pytest
+import tomllib
 from pydantic import BaseModel
 
 from tinytf.config import Config
@@ -200,3 +201,14 @@ def test_every_time_the_docs_give_names_its_thread_count(doc):
             text = text.replace(known, "")
         unnamed += [match.group(0) for match in MEASURED_TIME.finditer(text)]
     assert not unnamed, f"{doc.relative_to(ROOT)}: times in a section that names no thread count: {unnamed}"
+
+
+def test_the_torch_the_package_requires_is_the_torch_ci_tests():
+    """The floor in pyproject.toml is the release the README's commands install (and so
+    CI, which runs them): a promise of an older torch would be one no test keeps."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    (floor,) = [spec.removeprefix("torch>=") for spec in project["dependencies"] if spec.startswith("torch")]
+    installed = set(re.findall(r"torch==([\d.]+)", (ROOT / "README.md").read_text()))
+    assert installed == {f"{floor}.0"}, (floor, installed)
+    extras = [spec for specs in project["optional-dependencies"].values() for spec in specs]
+    assert not [spec for spec in extras if spec.startswith("torch")]  # no extra asks for another one
