@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from tinytf.errors import UserError
@@ -71,6 +72,19 @@ def step_autocast(device: torch.device, precision: str) -> contextlib.AbstractCo
     return contextlib.nullcontext()
 
 
+@contextlib.contextmanager
+def eval_mode(model: nn.Module) -> Iterator[None]:
+    """Run `model` as at inference: no dropout, no gradients; its mode is restored after.
+    (In train mode, dropout would add noise and draw from the global random stream.)"""
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.no_grad():
+            yield
+    finally:
+        model.train(was_training)
+
+
 def model_device(model: nn.Module) -> torch.device:
     """The device `model` lives on: its first parameter's (a tinytf model keeps all of them on one)."""
     parameter = next(iter(model.parameters()), None)
@@ -82,3 +96,10 @@ def model_device(model: nn.Module) -> torch.device:
 def machine_cores() -> int:
     """The cores this process may run on (its affinity, where the OS tells it)."""
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def threads_asked() -> int | None:
+    """OMP_NUM_THREADS, the intra-op threads the user (or torchrun) chose; None when unset
+    or not a whole number of at least 1. The one place that reads it."""
+    value = os.environ.get("OMP_NUM_THREADS", "")
+    return int(value) if value.isdigit() and int(value) >= 1 else None

@@ -299,11 +299,6 @@ def read_yaml(path: str | Path) -> dict[str, Any]:
     return _read_document(path)[0]
 
 
-def parse_yaml(text: str, source: str = "<config>") -> dict[str, Any]:
-    """A YAML document -> its mapping of sections, unvalidated (see `tinytf.config.plain_yaml`)."""
-    return _parse_document(text, source)[0]
-
-
 def config_from_dict(
     data: Mapping[str, Any], overrides: Iterable[str] = (), source: str = "<dict>", check: Check | None = None
 ) -> Config:

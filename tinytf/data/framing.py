@@ -62,12 +62,13 @@ from tinytf.data.batch import (
     single_pair,
 )
 from tinytf.data.language_model import LanguageModelFraming
-from tinytf.device import model_device
+from tinytf.device import eval_mode, model_device
 from tinytf.errors import UserError
 from tinytf.lazy import torch
-from tinytf.model.generation import cut_at_eos, eval_mode, generate_each, greedy_generate
-from tinytf.tasks.base import Pairs, Task, left_compact, positions_below
+from tinytf.model.generation import cut_at_eos, generate_each, greedy_generate
+from tinytf.tasks.base import Pairs, Task
 from tinytf.tasks.vocab import PAD_ID
+from tinytf.tensors import left_compact, positions_below
 
 if TYPE_CHECKING:
     from torch import nn
@@ -165,7 +166,7 @@ class DecoderFraming(Framing):
         joined = torch.cat([pairs.source, sep, with_eos], dim=1)
         in_source = positions_below(pairs.source_len, pairs.source.size(1))
         keep = torch.cat([in_source, sep > 0, positions_below(target_len, with_eos.size(1))], dim=1)
-        sequence, length = left_compact(joined, keep)
+        sequence, length = left_compact(joined, keep, PAD_ID)
         width = int(length.max())
         # Position j reads token j and predicts token j + 1; the final <eos> is never read.
         in_input = positions_below(length - 1, width - 1)  # (B, T)

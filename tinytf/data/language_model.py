@@ -15,7 +15,8 @@ from tinytf.data.batch import (
 from tinytf.errors import NotApplicableError, UserError
 from tinytf.lazy import torch
 from tinytf.model.generation import generate_each
-from tinytf.tasks.base import Pairs, positions_below
+from tinytf.tasks.base import Pairs
+from tinytf.tensors import positions_below
 
 if TYPE_CHECKING:
     from torch import nn

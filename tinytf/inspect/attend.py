@@ -22,9 +22,8 @@ import numpy as np
 from torch import nn
 
 from tinytf.data.framing import Framing
-from tinytf.device import model_device
+from tinytf.device import eval_mode, model_device
 from tinytf.errors import UserError
-from tinytf.model.generation import eval_mode
 from tinytf.model.names import ActName, act_name
 
 Tokens = TypeVar("Tokens")  # token strings, a tensor of ids, or a label for them

@@ -29,9 +29,8 @@ from torch import nn
 
 from tinytf.data.batch import IGNORE, Progress
 from tinytf.data.framing import Framing
-from tinytf.device import model_device
+from tinytf.device import eval_mode, model_device
 from tinytf.errors import UserError
-from tinytf.model.generation import eval_mode
 from tinytf.model.hooks import Hook
 from tinytf.tasks.base import Pairs
 

@@ -53,11 +53,10 @@ from torch import nn
 
 from tinytf.data.batch import Batch
 from tinytf.data.framing import Framing
-from tinytf.device import model_device
+from tinytf.device import eval_mode, model_device
 from tinytf.errors import UserError
 from tinytf.inspect.attend import attention_sides, is_causal
 from tinytf.inspect.evaluate import evaluate
-from tinytf.model.generation import eval_mode
 from tinytf.model.hooks import Hook
 from tinytf.model.names import ActName, act_name, head_name, is_value
 from tinytf.tasks.base import Pairs

@@ -38,7 +38,7 @@ from tinytf.data.base import Framing
 from tinytf.errors import UserError
 from tinytf.model import Transformer
 from tinytf.model.names import act_name, is_value
-from tinytf.tasks.sentences import MinimalPair
+from tinytf.tasks.base import MinimalPair
 
 BY = ("head", "head-position", "layer-position")
 LAYER_COMPONENTS = ("resid_pre", "attn_out", "mlp_out")

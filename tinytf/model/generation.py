@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
-from tinytf.device import model_device
+from tinytf.device import eval_mode, model_device
 from tinytf.lazy import torch
 
 if TYPE_CHECKING:
@@ -46,19 +44,6 @@ def greedy_generate(
                 break
             fed = next_token.unsqueeze(1) if use_cache else sequence
     return [cut_at_eos(row, eos_id) for row in sequence[:, prompt.size(1) :].tolist()]
-
-
-@contextlib.contextmanager
-def eval_mode(model: nn.Module) -> Iterator[None]:
-    """Run `model` as at inference: no dropout, no gradients; its mode is restored after.
-    (In train mode, dropout would add noise and draw from the global random stream.)"""
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.no_grad():
-            yield
-    finally:
-        model.train(was_training)
 
 
 def cut_at_eos(ids: list[int], eos_id: int) -> list[int]:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import optuna
 
-from tinytf.device import machine_cores
+from tinytf.device import machine_cores, threads_asked
 from tinytf.errors import EXIT_INTERRUPTED, UserError
 from tinytf.files import check_run_name
 from tinytf.sweep.spec import Job, load_sweep
@@ -28,9 +28,8 @@ from tinytf.sweep.study import FINAL, open_study, retry_cut_short, settings_of, 
 
 def available_cores() -> int:
     """The cores the workers share: OMP_NUM_THREADS if set (a limit the user chose), else this process's."""
-    if os.environ.get("OMP_NUM_THREADS", "").isdigit() and int(os.environ["OMP_NUM_THREADS"]) > 0:
-        return int(os.environ["OMP_NUM_THREADS"])
-    return machine_cores()
+    asked = threads_asked()
+    return asked if asked is not None else machine_cores()
 
 
 @dataclass

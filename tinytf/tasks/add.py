@@ -12,8 +12,9 @@ so short numbers are as common as long ones.
 from __future__ import annotations
 
 from tinytf.lazy import torch
-from tinytf.tasks.base import Pairs, Task, left_compact, positions_below
-from tinytf.tasks.vocab import Vocabulary
+from tinytf.tasks.base import Pairs, Task
+from tinytf.tasks.vocab import PAD_ID, Vocabulary
+from tinytf.tensors import left_compact, positions_below
 
 DIGITS = [str(d) for d in range(10)]
 PLUS = "+"
@@ -70,7 +71,7 @@ class Add(Task):
         # "a + b" = a's digits, +, b's digits, squeezed together
         written = torch.cat([a_digits + digit_id, plus, b_digits + digit_id], dim=1)  # (N, 2*digits + 1)
         keep = torch.cat([positions_below(a_len, digits), plus > 0, positions_below(b_len, digits)], dim=1)
-        source, source_len = left_compact(written, keep)
+        source, source_len = left_compact(written, keep, PAD_ID)
 
         total_digits, total_len = digits_msd_first(a + b, digits + 1)  # (N, digits + 1)
         if self.config.answer_order == "lsd":

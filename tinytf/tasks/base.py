@@ -16,6 +16,7 @@ from tinytf.config import DEFAULT_EVAL_SIZE, Arch, ConfigProblem, TaskConfig
 from tinytf.errors import NotApplicableError
 from tinytf.lazy import torch
 from tinytf.tasks.vocab import PAD_ID, SPECIALS, Vocabulary
+from tinytf.tensors import positions_below
 
 ALL_ARCHS: tuple[Arch, ...] = get_args(Arch)
 
@@ -347,19 +348,3 @@ class SymbolTask(Task):
     def token_ids(self, tokens: list[str]) -> torch.Tensor:
         """A lookup table: value v -> id of the token tokens[v]."""
         return torch.tensor([self.vocab.ids[t] for t in tokens])
-
-
-def positions_below(lengths: torch.Tensor, width: int) -> torch.Tensor:
-    """(N,) lengths -> (N, width) bool, True at positions < length."""
-    return torch.arange(width).unsqueeze(0) < lengths.unsqueeze(1)
-
-
-def left_compact(values: torch.Tensor, keep: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Move each row's kept entries to the front, in order, and PAD the rest.
-
-    values, keep: (N, L) -> compacted (N, L), counts (N,).
-    """
-    order = torch.argsort((~keep).to(torch.int8), dim=1, stable=True)  # kept first, order preserved
-    compacted = values.gather(1, order)
-    counts = keep.sum(1)
-    return compacted.masked_fill(~positions_below(counts, values.size(1)), PAD_ID), counts

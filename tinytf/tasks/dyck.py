@@ -14,8 +14,9 @@ labels occur often rather than almost every random string breaking at once.
 from __future__ import annotations
 
 from tinytf.lazy import torch
-from tinytf.tasks.base import Pairs, SymbolTask, positions_below
+from tinytf.tasks.base import Pairs, SymbolTask
 from tinytf.tasks.vocab import PAD_ID, Vocabulary
+from tinytf.tensors import positions_below
 
 OPENS, CLOSES, NEUTRAL = ("(", "["), (")", "]"), "x"
 LABELS = ("T", "P", "F")

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 from tinytf.lazy import torch
-from tinytf.tasks.base import SymbolTask, left_compact
+from tinytf.tasks.base import SymbolTask
+from tinytf.tasks.vocab import PAD_ID
+from tinytf.tensors import left_compact
 
 
 class MostFrequent(SymbolTask):
@@ -23,7 +25,7 @@ class MostFrequent(SymbolTask):
         rank_key = -counts * (width + 1) + first  # (N, V)
         order = rank_key.argsort(dim=1)  # (N, V): symbol values, best first
         present = counts.gather(1, order) > 0  # (N, V)
-        ranked, n_distinct = left_compact(order + self.first_symbol_id, present)
+        ranked, n_distinct = left_compact(order + self.first_symbol_id, present, PAD_ID)
         return ranked[:, : min(width, vocab_size)], n_distinct
 
     @property

@@ -45,7 +45,7 @@ import torch.distributed as dist
 from torch import nn
 
 from tinytf.data.batch import IGNORE, Batch
-from tinytf.device import machine_cores, select_device
+from tinytf.device import machine_cores, select_device, threads_asked
 from tinytf.errors import ConfigError, UserError
 from tinytf.inspect.evaluate import Correct, scored_loss
 
@@ -373,7 +373,5 @@ def threads_per_process(local_world_size: int) -> int:
     """Intra-op threads of each of the `local_world_size` processes on this machine:
     OMP_NUM_THREADS when it is set (by the user; torchrun sets 1 when it starts several
     processes on a machine), else the machine's cores shared out evenly."""
-    value = os.environ.get("OMP_NUM_THREADS", "")
-    if value.isdigit() and int(value) >= 1:
-        return int(value)
-    return max(1, machine_cores() // local_world_size)
+    asked = threads_asked()
+    return asked if asked is not None else max(1, machine_cores() // local_world_size)

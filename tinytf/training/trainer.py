@@ -181,7 +181,11 @@ class Trainer:
         self.run_dir = folder.path
         if not self.job.is_main:
             return
-        self.loggers[:0] = [MetricsFileLogger(folder.metrics), TensorBoardLogger(folder.path, config, folder)]
+        self.loggers = [
+            MetricsFileLogger(folder.metrics),
+            TensorBoardLogger(folder.path, config, folder),
+            *self.loggers,
+        ]
         if resumed:
             for logger in self.loggers:
                 logger.resumed(self.step, redone)
