@@ -199,6 +199,14 @@ def test_bench_prints_a_row_per_contender_and_checks_its_flop_count(tmp_path):
     assert result["fixed_step_ms"] > 0 and f"{result['fixed_step_ms']:.2f} ms" in done.stdout
 
 
+def test_bench_muon_steps_both_optimizers_and_refuses_a_config_without_muon():
+    done = run_script("scripts/bench_muon.py", "configs/double-histogram-decoder.yaml", "--steps", "2")
+    (row,) = [line.split() for line in done.stdout.splitlines() if line.startswith("double-histogram-decoder")]
+    assert row[-2].endswith("x") and float(row[-1].rstrip("%")) < 3  # torch's steps within the tests' 3%
+    refused = run_script("scripts/bench_muon.py", "configs/sort-encoder.yaml", returncode=2)
+    assert_one_line_error(refused, "configs/sort-encoder.yaml: trains with AdamW")
+
+
 # ---- induction_story.py and viewer_screenshot.py
 
 

@@ -6,7 +6,7 @@ twice over: every small product has a fixed cost, and a CPU without bf16 instruc
 emulates bfloat16. Here the matrices are orthogonalised together, as batched products,
 in the training step's dtype: float32 unless the step runs in bf16 (docs/performance.md
 says what that buys). tests/test_optim.py holds its steps to torch's.
-It stays: torch.optim.Muon steps the shipped configs 11-15x slower here (docs/performance.md).
+It stays: on a CPU torch.optim.Muon steps the shipped configs 10-13x slower (docs/performance.md).
 """
 
 from __future__ import annotations
