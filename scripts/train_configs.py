@@ -36,7 +36,7 @@ table gives both trees' steps and time to target (for a config without a target,
 whole training's time); then each tree's total time to target, how many configs reached
 it, and the ratio of the totals (this tree / REF). A config that only one tree has trains
 in that tree alone. REF's code must offer `tinytf.load_config`, `tinytf.train` and
-`tinytf.training.loggers.NullLogger`.
+`tinytf.loggers.NullLogger`.
 
 An unknown config or REF is one line on stderr, and the exit status is 2.
 """
@@ -54,7 +54,7 @@ from pathlib import Path
 from typing import NoReturn
 
 import tinytf
-from tinytf.training.loggers import NullLogger
+from tinytf.loggers import NullLogger
 
 ROOT = Path(__file__).resolve().parents[1]
 TIME_LIMIT_S = 60.0  # every task config reaches its target within a minute on a 2-core CPU...

@@ -182,6 +182,30 @@ def test_help_and_config_show_never_import_torch():
         assert report.endswith(f"| torch not loaded {expected_code}"), report
 
 
+# Modules that readers without a model use (config show, sweep show, the memory check,
+# scripts that read metrics): importing them must not load torch (about 2 s).
+TORCH_FREE = [
+    "tinytf.config",
+    "tinytf.tasks",
+    "tinytf.data.framing",
+    "tinytf.model.names",
+    "tinytf.model.size",
+    "tinytf.run.setup",
+    "tinytf.run.folder",
+    "tinytf.training.memory",
+    "tinytf.cli.app",
+    "tinytf.cli.output",
+    "tinytf.sweep.results",
+]
+
+
+def test_the_modules_that_need_no_model_load_without_torch():
+    program = f"import importlib, sys\nfor name in {TORCH_FREE!r}:\n    importlib.import_module(name)\n"
+    program += "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.')))"
+    result = subprocess.run([sys.executable, "-c", program], cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert result.stdout.strip() == "[]", result.stderr or result.stdout
+
+
 def test_the_lazy_torch_is_the_real_torch_once_used():
     program = (
         "import sys\n"

@@ -1,5 +1,5 @@
 """`python -m tinytf` runs the same CLI as the `tinytf` command."""
 
-from tinytf.cli.app import main
+from tinytf.cli import main
 
 main()

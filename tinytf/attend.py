@@ -3,6 +3,6 @@
 The code lives in tinytf/inspect/attend.py; scripts and notebooks import from here, so it may move.
 """
 
-from tinytf.inspect.attend import attention_report
+from tinytf.inspect.attend import AttentionReport, attention_report
 
-__all__ = ["attention_report"]
+__all__ = ["AttentionReport", "attention_report"]

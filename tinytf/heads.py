@@ -3,6 +3,6 @@
 The code lives in tinytf/inspect/heads.py; scripts and notebooks import from here, so it may move.
 """
 
-from tinytf.inspect.heads import head_scores
+from tinytf.inspect.heads import HeadReport, head_scores
 
-__all__ = ["head_scores"]
+__all__ = ["HeadReport", "head_scores"]

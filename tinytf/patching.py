@@ -3,6 +3,6 @@
 The code lives in tinytf/inspect/patching.py; scripts and notebooks import from here, so it may move.
 """
 
-from tinytf.inspect.patching import attribute, patch, prompts_of
+from tinytf.inspect.patching import Attribution, PatchReport, Prompts, attribute, patch, prompts_of
 
-__all__ = ["attribute", "patch", "prompts_of"]
+__all__ = ["Attribution", "PatchReport", "Prompts", "attribute", "patch", "prompts_of"]

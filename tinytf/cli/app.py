@@ -1,9 +1,10 @@
 """The `tinytf` command line: a thin layer over the library.
 
-Each command parses its options, calls one library function (most of them in
-commands.py) and prints the result. A `UserError` raised anywhere below, and a usage
+Each command parses its options, loads its run, calls the work behind it (commands/,
+one module per idea) and shows the report it gets back (`show`: the note on stderr, the
+text or JSON on stdout or in --out). A `UserError` raised anywhere below, and a usage
 error that click finds in the command line (an unknown option, a bad value), becomes one
-`error: ` line on stderr and exit code 2 (cli_errors.py). Modules that import torch are
+`error: ` line on stderr and exit code 2 (errors.py). Modules that import torch are
 imported inside the commands that need them, so `tinytf --help`, `tinytf COMMAND --help`
 and `tinytf config show` start at once.
 """

@@ -1,4 +1,4 @@
-"""The choices and options the `tinytf` commands share (cli.py defines the commands)."""
+"""The choices and options the `tinytf` commands share (app.py defines the commands)."""
 
 from __future__ import annotations
 

@@ -87,7 +87,7 @@ class _SectionCheck(ValueError):
         self.keys = keys
 
 
-# The longest example, in tokens, a task may produce: data.py fingerprints each example
+# The longest example, in tokens, a task may produce: data/heldout.py fingerprints each example
 # (to keep held-out examples out of training) with this many weights.
 MAX_EXAMPLE_TOKENS = 4096
 DEFAULT_EVAL_SIZE = 1000  # held-out examples when task.eval_size is unset

@@ -129,21 +129,24 @@ class RunFolder:
     def locked(self) -> Iterator[RunFolder]:
         """Hold the run's training lock while the block runs; a `UserError` naming the
         process that holds it if another one does. The lock is the OS's, on `train.lock`
-        (made if missing): a killed trainer leaves no stale lock behind. On leaving, this
-        process's `claim` is withdrawn."""
+        (made if missing): a killed trainer leaves no stale lock behind. On leaving, the
+        train.pid this block's `claim` wrote is removed (one a killed trainer left stays)."""
         lock = filelock.FileLock(self.path / LOCK_FILE, timeout=0)  # timeout=0: try once, never wait
         try:
             lock.acquire()
         except filelock.Timeout:
-            raise UserError(
-                f"{self.path} is being trained by process {self._recorded_pid()}; wait for it or stop it first"
-            ) from None
+            pid = self._recorded_pid()
+            raise UserError(f"{self.path} is being trained by process {pid}; wait for it or stop it first") from None
+        pid_file = self.path / PID_FILE
+        found = _stamp(pid_file)
         try:
             yield self
         finally:
-            if self._recorded_pid() == str(os.getpid()):
-                (self.path / PID_FILE).unlink(missing_ok=True)
-            lock.release()
+            try:
+                if _stamp(pid_file) != found and self._recorded_pid() == str(os.getpid()):  # this block claimed it
+                    pid_file.unlink(missing_ok=True)
+            finally:
+                lock.release()
 
     def claim(self) -> None:
         """Record this process as the run's trainer (within `locked`)."""
@@ -225,6 +228,15 @@ class RunFolder:
                 "or not a JSON object with a step); the other rows are kept"
             )
         return max(dropped, default=None)
+
+
+def _stamp(path: Path) -> tuple[int, int] | None:
+    """(inode, modification time) of `path`, None if it is missing: whether it was rewritten."""
+    try:
+        status = path.stat()
+    except FileNotFoundError:
+        return None
+    return status.st_ino, status.st_mtime_ns
 
 
 def metrics_record(line: bytes) -> dict[str, Any] | None:

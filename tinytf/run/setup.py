@@ -1,21 +1,23 @@
-"""A config checked against what it names: the layer above the schema (`config.py`,
-which knows no task) and the task registry and framings (which know no files).
+"""A config checked against what it names: the layer above the schema (`config/`, which
+knows no task) and the task registry and framings (which know no files).
 
-    config = load_config("configs/sort-decoder.yaml", ["task.max_len=16"])
-    save_config(config, run_dir / "config.yaml")
+    setup = load_setup("configs/sort-decoder.yaml", ["task.max_len=16"])
+    setup.config, setup.task, setup.framing, setup.examples_per_step
+    save_config(setup, run_dir / "config.yaml")
 
-The schema checks each value on its own. `check_config` checks what needs the task
-registry, and is the one place that does: the task exists and works with the
-architecture, every task key that is set is one the task uses, the task's own settings
-make sense (its file exists...), its sequences fit `model.max_len`, and
-`train.batch_size` fits its training set. `load_config`, `build_model` and training all
-call it, so `tinytf config show` and `tinytf train` accept and refuse the same configs.
+The schema checks each value on its own. `Setup.of` checks what needs the task registry,
+and is the one place that does: the task exists and works with the architecture, every
+task key that is set is one the task uses, the task's own settings make sense (its file
+exists...), its sequences fit `model.max_len`, and `train.batch_size` fits its training
+set. It builds the task and framing as it checks, and a `Setup` carries them to every
+layer of a run, so one `tinytf train` checks its config once. `load_config` (a `Config`,
+for the Python API), `build_model` and training all go through it, so `tinytf config
+show` and `tinytf train` accept and refuse the same configs.
 Nothing here imports torch.
 """
 
 from __future__ import annotations
 
-import copy
 import difflib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
@@ -156,8 +158,9 @@ class Setup:
         return tuple(key for key in type(self.config.task).model_fields if key in used)  # in the schema's order
 
     def with_vocab(self, vocab: Vocabulary) -> Setup:
-        """The same setup with a trained run's saved vocabulary (its data may have changed or gone)."""
-        task = copy.copy(self.task)
+        """The same setup with a trained run's saved vocabulary (its data may have changed or
+        gone), on a task of its own: nothing it made from the other vocabulary comes along."""
+        task = type(self.task)(self.task.config)
         task.vocab = vocab
         return replace(self, task=task, framing=get_framing(task, self.config.model.arch))
 
@@ -195,11 +198,6 @@ def check_config(config: Config, *, data: bool = True) -> Config:
     """Raise `ConfigProblem` (a `ConfigError`) if `config` does not fit its task; return it.
     `data=False`: see `Setup.of`."""
     return Setup.of(config, data=data).config
-
-
-def used_task_keys(config: Config) -> tuple[str, ...]:
-    """The keys of `config.task` that its task reads with `config.model.arch`."""
-    return Setup.of(config, data=False).used_task_keys
 
 
 def dump_checked_config(setup: Setup) -> str:

@@ -130,7 +130,7 @@ class Task:
 
     def held_out(self, n: int, generator: torch.Generator) -> Pairs:
         """The evaluation examples. By default fresh samples, which the training stream
-        then avoids (see data.py); a task may draw them from a region of its own."""
+        then avoids (see data/heldout.py); a task may draw them from a region of its own."""
         return self.sample(n, generator)
 
     # True when held_out() can never produce a training example (so nothing need be avoided).
@@ -146,7 +146,7 @@ class Task:
 
     def fixed_split(self, generator: torch.Generator) -> tuple[Pairs, Pairs] | None:
         """(training set, held-out set) of a task with a fixed training set; None: the
-        task samples its training stream (see data.py)."""
+        task samples its training stream (see data/heldout.py)."""
         return None
 
     def residue_ids(self) -> torch.Tensor | None:

@@ -1,7 +1,7 @@
 """Whether a config fits in this machine's memory, estimated from the config alone,
 before anything is allocated.
 
-Each size has its own bound (config.py), but bounds do not compose: a long task, a big
+Each size has its own bound (config/__init__.py), but bounds do not compose: a long task, a big
 held-out set and a wide model, each within its bounds, can together need hundreds of GB.
 `check_memory(setup)`, which `tinytf.training.trainer.train` calls before it draws any data or
 builds the model, refuses such a config in one line, naming its largest part and the keys

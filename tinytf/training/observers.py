@@ -35,10 +35,12 @@ Look = Callable[[int, "nn.Module", "Framing", "TaskData", Sequence[Logger]], Non
 
 @dataclass(frozen=True)
 class Observer:
-    """`look` every `every` steps and at the last one (every 0: never)."""
+    """`look` every `every` steps and at the last one (every 0: never); `at_evaluation`: with
+    each held-out evaluation, before its best checkpoint is kept."""
 
     every: int
     look: Look
+    at_evaluation: bool = False
 
     def due(self, step: int, finishing: bool) -> bool:
         return bool(self.every) and (step % self.every == 0 or finishing)
@@ -48,9 +50,9 @@ def observers_for(settings: TrainConfig, log: LogConfig) -> list[Observer]:
     """What a run looks at, as its settings say, in the order it reports."""
     attention_every = log.attention_every or 0
     return [
-        Observer(settings.eval_every, predictions),
-        Observer(settings.eval_every, train_set_metrics),
-        Observer(settings.eval_every, fourier_spectrum),
+        Observer(settings.eval_every, predictions, at_evaluation=True),
+        Observer(settings.eval_every, train_set_metrics, at_evaluation=True),
+        Observer(settings.eval_every, fourier_spectrum, at_evaluation=True),
         Observer(attention_every, attention_maps),
         Observer(attention_every if log.head_scores else 0, head_pattern_scores),
     ]

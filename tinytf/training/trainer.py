@@ -62,7 +62,7 @@ from tinytf.training.constants import EVAL_BATCH
 from tinytf.training.distributed import Job, OneProcess, join_job
 from tinytf.training.loggers import Logger, MetricsFileLogger, TensorBoardLogger
 from tinytf.training.memory import check_memory
-from tinytf.training.observers import observers_for
+from tinytf.training.observers import Observer, observers_for
 from tinytf.training.optim import learning_rate, make_optimizer, set_learning_rate
 from tinytf.training.stopping import stop_on_signals
 
@@ -248,7 +248,7 @@ class Trainer:
                     logger.metrics(step, "train", values)
             if step % settings.eval_every == 0 or finishing:
                 finishing |= self._validate(window.tokens_per_s)
-            self._observe(finishing)
+            self._observe([o for o in self.observers if not o.at_evaluation and o.due(step, finishing)])
             if step % settings.checkpoint_every == 0 or finishing:
                 self._checkpoint("last")
             for logger in self.loggers:
@@ -298,6 +298,7 @@ class Trainer:
             values = {**self.final, "lr": self._lr(), "tokens_per_s": tokens_per_s}
             for logger in self.loggers:
                 logger.metrics(self.step, "val", values)
+            self._observe([observer for observer in self.observers if observer.at_evaluation])
             score = [self.final["seq_acc"], -self.final["loss"]]
             improved = self.best_score is None or score > self.best_score
             if improved:
@@ -309,14 +310,13 @@ class Trainer:
             self._checkpoint("best")
         return stop
 
-    def _observe(self, finishing: bool) -> None:
-        """Every observer due at this step looks at the model and reports (rank 0's work;
-        eval mode, no gradients, no random draws: training goes on unchanged)."""
+    def _observe(self, observers: list[Observer]) -> None:
+        """`observers` look at the model and report (rank 0's work; eval mode, no gradients,
+        no random draws: training goes on unchanged)."""
         if not (self.job.is_main and self.loggers):
             return
-        for observer in self.observers:
-            if observer.due(self.step, finishing):
-                observer.look(self.step, self.model, self.framing, self.data, self.loggers)
+        for observer in observers:
+            observer.look(self.step, self.model, self.framing, self.data, self.loggers)
 
     def _lr(self) -> float:
         return learning_rate(self.step, self.settings)  # the rate of step `self.step`, the next to run

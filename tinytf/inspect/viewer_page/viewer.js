@@ -1,5 +1,5 @@
 /* tinytf attention viewer: draws the data of the JSON element #tinytf-data (written by
- * tinytf/viewer.py) as SVG.
+ * tinytf/inspect/viewer.py) as SVG.
  *
  *   head view   queries left, keys right; a line per (head, query, key) whose opacity is
  *               the weight, one colour per head; hover a token for its lines only
