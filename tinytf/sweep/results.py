@@ -67,7 +67,7 @@ def load_results(sweep: str, *, storage: str | None = None, runs_dir: Path = Pat
     name = folder.name
     if storage is None and not (folder / STUDY_FILE).is_file():
         raise UserError(_no_journal(folder))
-    store = storage_for(folder, storage)
+    store = storage_for(folder, storage, writing=False)  # reading it: a torn last line is Optuna's to skip
     with storage_errors(store):
         if name not in optuna.study.get_all_study_names(store):
             raise UserError(f"{storage or folder}: no sweep named {name!r} there")

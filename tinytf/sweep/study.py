@@ -33,6 +33,7 @@ from optuna.trial import FrozenTrial, TrialState
 from sqlalchemy.exc import SQLAlchemyError
 
 from tinytf.errors import UserError, first_line
+from tinytf.sweep.journal import checked_journal
 from tinytf.sweep.spec import Sweep
 
 STUDY_FILE = "study.journal"  # the default storage, in the sweep's folder
@@ -40,11 +41,13 @@ HOST = socket.gethostname()
 ORPHAN_S = 60  # a trial still without its worker this long after it began lost its process between two calls
 
 
-def storage_for(folder: Path, url: str | None) -> optuna.storages.BaseStorage | str:
-    """`url` (sqlite:///..., postgresql://..., mysql://...) or the journal file in `folder`."""
+def storage_for(folder: Path, url: str | None, *, writing: bool = True) -> optuna.storages.BaseStorage | str:
+    """`url` (sqlite:///..., postgresql://..., mysql://...) or the journal file in `folder`,
+    checked (journal.py); `writing`: its torn last line, if any, is cut first."""
     if url is not None:
         return url
     folder.mkdir(parents=True, exist_ok=True)
+    checked_journal(folder / STUDY_FILE, repair=writing)
     return optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(folder / STUDY_FILE)))
 
 
