@@ -189,6 +189,29 @@ def test_a_killed_sweep_fails_its_cut_trial_and_retries_it_once(tmp_path):
     assert all(row["state"] == "done" for row in settings)
 
 
+def test_a_killed_worker_is_named_with_its_process_signal_and_trial(tmp_path):
+    path = write_sweep(tmp_path, base_config=long_base(), seeds=[0], params={})  # one setting: one run
+    process = subprocess.Popen(
+        [sys.executable, "-m", "tinytf", "sweep", path.name],
+        cwd=tmp_path,
+        env=SUBPROCESS_ENV,
+        text=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    folder = tmp_path / "sweeps" / "grid"
+    wait_for_a_run(folder)
+    (running,) = trials(folder)
+    worker = running.user_attrs["worker"]["pid"]
+    os.kill(worker, signal.SIGKILL)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode == 1
+    assert stderr.splitlines()[-1] == (
+        f"error: worker 1 (process {worker}) was killed by SIGKILL while training trial {running.number}; "
+        "run the same command to try its runs again"
+    )
+
+
 def test_ctrl_c_saves_the_running_trials_and_the_next_sweep_retries_them(tmp_path):
     path = write_sweep(tmp_path, base_config=long_base(), seeds=[0])
     process = sweep_process(path, "--workers", 2)
@@ -412,17 +435,38 @@ def failed_run(study):
 def test_a_killed_run_is_trained_again_once_and_a_stopped_one_every_time(interrupted, retried_again):
     from tinytf.sweep.study import retry_cut_short, settings_of
 
-    study = optuna.create_study()
+    storage = optuna.storages.InMemoryStorage()
+    study = optuna.create_study(storage=storage)
     failed_run(study)  # its process was killed
-    assert retry_cut_short(study, (0,)) == [0]
+    assert retry_cut_short(study, storage, (0,)) == [0]
     retry = study.ask()  # the queued retry: it fails the same way
     assert retry.user_attrs == {"setting": 0, "seed": 0, "retry_of": 0, "kills": 1}
     if interrupted:
         retry.set_user_attr("interrupted", True)
     study.tell(retry, state=optuna.trial.TrialState.FAIL)
-    assert bool(retry_cut_short(study, (0,))) == retried_again
+    assert bool(retry_cut_short(study, storage, (0,))) == retried_again
     (setting,) = settings_of(study)
     assert setting.state(1) == ("waiting" if retried_again else "failed")
+
+
+def test_a_run_killed_in_the_last_setting_of_a_grid_is_failed_and_queued_again(tmp_path):
+    """Failing the killed run's trial completes the grid: the grid sampler must not stop the
+    study outside a worker's optimize (a RuntimeError before)."""
+    from tinytf.sweep.spec import load_sweep
+    from tinytf.sweep.study import HOST, open_study, retry_cut_short, storage_for
+
+    path = write_sweep(tmp_path, name="seeds", params={}, seeds=[0])  # one setting, the base config
+    folder = tmp_path / "sweeps" / "seeds"
+    storage = storage_for(folder, None)
+    study = open_study(load_sweep(path)[0], "seeds", storage)
+    trial = study.ask()  # the last (and only) setting of the grid, taken by a worker...
+    gone = subprocess.Popen(["true"])
+    gone.wait()  # ...whose process is gone (killed): a pid no process holds now
+    trial.set_user_attr("seed", 0)
+    trial.set_user_attr("worker", {"host": HOST, "pid": gone.pid})
+    assert retry_cut_short(study, storage, (0,)) == [trial.number]
+    states = [t.state for t in optuna.load_study(study_name="seeds", storage=storage).trials]
+    assert states == [optuna.trial.TrialState.FAIL, optuna.trial.TrialState.WAITING]
 
 
 def test_a_choice_of_numbers_and_all_is_drawn_as_categories(tmp_path):

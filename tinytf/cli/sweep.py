@@ -71,7 +71,7 @@ def run(
         typer.echo("interrupted: the finished settings are kept; run the same command to continue", err=True)
         raise typer.Exit(EXIT_INTERRUPTED)
     if outcome.failed_workers:
-        typer.echo(f"error: {outcome.failed_workers} worker process(es) failed: see above", err=True)
+        typer.echo(f"error: {'; '.join(outcome.failed_workers)}; run the same command to try its runs again", err=True)
         raise typer.Exit(1)
     if outcome.ran and not outcome.finished:
         typer.echo("some settings are still running in another process, or were cut short: run it again to finish")

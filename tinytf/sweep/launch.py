@@ -14,16 +14,17 @@ import shlex
 import signal
 import subprocess
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import optuna
+from optuna.trial import TrialState
 
 from tinytf.device import machine_cores, threads_asked
 from tinytf.errors import EXIT_INTERRUPTED, UserError
 from tinytf.files import check_run_name
 from tinytf.sweep.spec import Job, load_sweep
-from tinytf.sweep.study import FINAL, open_study, retry_cut_short, settings_of, storage_for
+from tinytf.sweep.study import FINAL, HOST, open_study, retry_cut_short, settings_of, storage_errors, storage_for
 
 
 def available_cores() -> int:
@@ -38,7 +39,7 @@ class Outcome:
     finished: bool  # every setting is done (or failed for good)
     ran: bool  # workers were started: the sweep was not finished already
     interrupted: bool
-    failed_workers: int = 0  # worker processes that ended with an error (a bug: they print its traceback)
+    failed_workers: list[str] = field(default_factory=list)  # how each worker that failed ended, in words
 
 
 def run_sweep(
@@ -61,8 +62,10 @@ def run_sweep(
     name = name or path.stem
     check_run_name(name, runs_dir)
     folder = runs_dir / name
-    study = open_study(sweep, name, storage_for(folder, storage))
-    retried = retry_cut_short(study, sweep.seeds)
+    store = storage_for(folder, storage)
+    study = open_study(sweep, name, store)
+    with storage_errors(store):
+        retried = retry_cut_short(study, store, sweep.seeds)
     if retried:
         say(f"trying again the trials cut short: {', '.join(map(str, retried))}")
     done = [s for s in settings_of(study) if s.state(len(sweep.seeds)) in FINAL]
@@ -75,12 +78,29 @@ def run_sweep(
         f"{workers} worker(s) of {threads} thread(s), runs in {folder}"
     )
     job = Job(sweep, base.resolve(), name, folder, storage, threads)
-    codes = _run_workers(job, workers)
-    finished = sum(s.state(len(sweep.seeds)) in FINAL for s in settings_of(study)) >= sweep.budget
+    ended, stopped = _run_workers(job, workers)
     interrupted = {EXIT_INTERRUPTED, -signal.SIGINT}  # a worker Ctrl-C reached before it could say so
-    failed = sum(code not in (0, *interrupted) for code in codes)
-    stopped = bool(interrupted & set(codes))
+    stopped |= any(code in interrupted for _, code in ended)
+    with storage_errors(store):
+        finished = sum(s.state(len(sweep.seeds)) in FINAL for s in settings_of(study)) >= sweep.budget
+        failed = [
+            _how_it_ended(number, pid, code, study)
+            for number, (pid, code) in enumerate(ended, start=1)
+            if code not in (0, *interrupted)
+        ]
     return Outcome(folder, finished, ran=True, interrupted=stopped, failed_workers=failed)
+
+
+def _how_it_ended(number: int, pid: int, code: int, study: optuna.Study) -> str:
+    """`worker 2 (process 4242) was killed by SIGKILL while training trial 5`."""
+    how = f"was killed by {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}"
+    mine = [
+        trial.number
+        for trial in study.get_trials(deepcopy=False)
+        if trial.user_attrs.get("worker") == {"host": HOST, "pid": pid} and trial.state != TrialState.COMPLETE
+    ]
+    during = f" while training trial {', '.join(map(str, mine))}" if mine else ""
+    return f"worker {number} (process {pid}) {how}{during}"
 
 
 def show_command(folder: Path, storage: str | None) -> str:
@@ -94,8 +114,9 @@ def show_command(folder: Path, storage: str | None) -> str:
     return shlex.join(["tinytf", "sweep", "show", str(folder), *(["--storage", storage] if storage else [])])
 
 
-def _run_workers(job: Job, workers: int) -> list[int]:
-    """Start the workers and wait for them; their exit codes (EXIT_INTERRUPTED after Ctrl-C)."""
+def _run_workers(job: Job, workers: int) -> tuple[list[tuple[int, int]], bool]:
+    """Start the workers and wait for them: each one's (pid, exit code), and whether Ctrl-C
+    stopped them."""
     env = {**os.environ, "OMP_NUM_THREADS": str(job.threads), "MKL_NUM_THREADS": str(job.threads)}
     command = [sys.executable, "-m", "tinytf.sweep.worker", job.to_json(), str(os.getpid())]
     processes = [subprocess.Popen(command, env=env, start_new_session=True) for _ in range(workers)]
@@ -108,8 +129,8 @@ def _run_workers(job: Job, workers: int) -> list[int]:
                 process.send_signal(signal.SIGINT)  # once: a second would stop a run before it saves
         for process in processes:
             _wait_through_interrupts(process)
-        return [EXIT_INTERRUPTED, *(process.returncode for process in processes)]
-    return [process.returncode for process in processes]
+        return [(process.pid, process.returncode) for process in processes], True
+    return [(process.pid, process.returncode) for process in processes], False
 
 
 def _wait_through_interrupts(process: subprocess.Popen) -> None:

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import optuna
+from optuna.samplers import RandomSampler
 from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
 from sqlalchemy.exc import SQLAlchemyError
@@ -225,16 +226,21 @@ def queue_seeds(study: optuna.Study, setting: int, params: dict, seeds: list[int
         study.enqueue_trial(params, user_attrs={"setting": setting, "seed": seed})
 
 
-def retry_cut_short(study: optuna.Study, seeds: tuple[int, ...]) -> list[int]:
+def retry_cut_short(
+    study: optuna.Study, storage: optuna.storages.BaseStorage | str, seeds: tuple[int, ...]
+) -> list[int]:
     """Fail the trials this host left running in processes that are gone (killed), queue
     the seeds a setting's killed first trial left unqueued, and queue one more run for
-    each run cut short; the numbers of the trials to train again."""
+    each run cut short; the numbers of the trials to train again. `storage`: the study's."""
+    # Failed through a copy of the study whose sampler does nothing after a trial: the grid
+    # sampler's would stop the study once its last setting is told, outside any optimize().
+    bookkeeping = optuna.load_study(study_name=study.study_name, storage=storage, sampler=RandomSampler())
     for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         worker = trial.user_attrs.get("worker")
         orphan = worker is None and time.time() - trial.datetime_start.timestamp() > ORPHAN_S
         if orphan or (worker and worker["host"] == HOST and not _alive(worker["pid"])):
             try:
-                study.tell(trial.number, state=TrialState.FAIL)
+                bookkeeping.tell(trial.number, state=TrialState.FAIL)
             except ValueError:  # another process on this host failed it first
                 continue
     trials, retried = study.get_trials(deepcopy=False), []
