@@ -1,5 +1,6 @@
 """`tinytf sweep`: the sweep file, its study, its worker processes, and `sweep show`."""
 
+import io
 import json
 import os
 import shlex
@@ -14,7 +15,7 @@ import pytest
 import yaml
 from conftest import ROOT, SUBPROCESS_ENV, assert_user_error, invoke, tiny_data, write_config
 
-from tinytf.errors import ConfigError
+from tinytf.errors import ConfigError, UserError
 from tinytf.sweep.study import STUDY_FILE
 
 
@@ -420,6 +421,71 @@ def test_a_storage_that_cannot_be_opened_is_one_line(tmp_path, url, message):
     path = write_sweep(tmp_path)
     assert_user_error(invoke("sweep", path, "--storage", url, "--runs-dir", tmp_path / "sweeps"), message)
     assert_user_error(invoke("sweep", "show", "grid", "--storage", url), message)
+
+
+@pytest.mark.parametrize("url", ["sqlite://", "sqlite:///", "sqlite:///:memory:"])
+def test_an_in_memory_storage_is_refused_before_any_worker_starts(tmp_path, url):
+    path = write_sweep(tmp_path)
+    result = invoke("sweep", path, "--storage", url, "--runs-dir", tmp_path / "sweeps")
+    assert_user_error(result, "an in-memory database lives and dies with one process")
+    assert not (tmp_path / "sweeps").exists()
+
+
+def test_a_storage_error_never_prints_the_password(tmp_path):
+    path = write_sweep(tmp_path)
+    url = "mysql+nosuchdriver://sweeper:s3cret@localhost/db"
+    for args in (["sweep", path, "--runs-dir", tmp_path / "sweeps"], ["sweep", "show", "grid"]):
+        result = invoke(*args, "--storage", url)
+        assert_user_error(result, "--storage mysql+nosuchdriver://sweeper:***@localhost/db: ")
+        assert "s3cret" not in result.output
+
+
+def test_a_postgresql_url_takes_the_installed_driver_or_names_the_one_to_install(monkeypatch):
+    from tinytf.sweep import study
+
+    url = "postgresql://sweeper:s3cret@db.example:5432/sweeps"
+    installed = {"psycopg2"}
+    monkeypatch.setattr(study.importlib.util, "find_spec", lambda name: object() if name in installed else None)
+    assert study.database_url(url) == "postgresql+psycopg2://sweeper:s3cret@db.example:5432/sweeps"
+    installed.add("psycopg")  # both: the one SQLAlchemy 2.1 prefers
+    assert study.database_url(url) == "postgresql+psycopg://sweeper:s3cret@db.example:5432/sweeps"
+    explicit = "postgresql+psycopg2://sweeper:s3cret@db.example/sweeps"  # a driver given: kept
+    assert study.database_url(explicit) == explicit
+    installed.clear()
+    with pytest.raises(
+        UserError,
+        match=r"sweeper:\*\*\*@db.example:5432/sweeps: no PostgreSQL driver is installed; "
+        r'pip install "psycopg\[binary\]"',
+    ) as raised:
+        study.database_url(url)
+    assert "s3cret" not in str(raised.value)
+
+
+def test_the_job_reaches_the_workers_on_stdin_not_in_argv(tmp_path, monkeypatch):
+    """argv is visible to every user (`ps`) and limited in size; the job holds the storage URL."""
+    from tinytf.sweep import launch
+    from tinytf.sweep.spec import Job, load_sweep
+
+    started = []
+
+    class Recorded:
+        def __init__(self, command, **options):
+            started.append((command, options, self))
+            self.pid, self.returncode, self.stdin = 4242, 0, io.StringIO()
+            self.stdin.close = lambda: None
+
+        def wait(self):
+            return 0
+
+    monkeypatch.setattr(launch.subprocess, "Popen", Recorded)
+    sweep, base, _ = load_sweep(write_sweep(tmp_path))
+    url = "postgresql://sweeper:s3cret@db.example/sweeps"
+    job = Job(sweep, base, "grid", tmp_path, url, 1)
+    launch._run_workers(job, 2)
+    assert len(started) == 2
+    for command, options, worker in started:
+        assert "s3cret" not in " ".join(command) and options["stdin"] == subprocess.PIPE
+        assert json.loads(worker.stdin.getvalue())["storage"] == url
 
 
 def failed_run(study):

@@ -9,6 +9,7 @@ SIGINT to each, so that each saves its run once.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import signal
@@ -24,7 +25,16 @@ from tinytf.device import machine_cores, threads_asked
 from tinytf.errors import EXIT_INTERRUPTED, UserError
 from tinytf.files import check_run_name
 from tinytf.sweep.spec import Job, load_sweep
-from tinytf.sweep.study import FINAL, HOST, open_study, retry_cut_short, settings_of, storage_errors, storage_for
+from tinytf.sweep.study import (
+    FINAL,
+    HOST,
+    masked,
+    open_study,
+    retry_cut_short,
+    settings_of,
+    storage_errors,
+    storage_for,
+)
 
 
 def available_cores() -> int:
@@ -107,10 +117,7 @@ def show_command(folder: Path, storage: str | None) -> str:
     """The `tinytf sweep show` command for the sweep in `folder` (stored at `storage`, if
     given), shell-quoted to paste as it is; a database password is shown as *** (printed
     commands end up in logs), to be typed again."""
-    from sqlalchemy.engine import make_url
-
-    if storage is not None and (url := make_url(storage)).password:
-        storage = url.render_as_string(hide_password=True)
+    storage = masked(storage) if storage is not None else None
     return shlex.join(["tinytf", "sweep", "show", str(folder), *(["--storage", storage] if storage else [])])
 
 
@@ -118,8 +125,15 @@ def _run_workers(job: Job, workers: int) -> tuple[list[tuple[int, int]], bool]:
     """Start the workers and wait for them: each one's (pid, exit code), and whether Ctrl-C
     stopped them."""
     env = {**os.environ, "OMP_NUM_THREADS": str(job.threads), "MKL_NUM_THREADS": str(job.threads)}
-    command = [sys.executable, "-m", "tinytf.sweep.worker", job.to_json(), str(os.getpid())]
-    processes = [subprocess.Popen(command, env=env, start_new_session=True) for _ in range(workers)]
+    command = [sys.executable, "-m", "tinytf.sweep.worker", str(os.getpid())]
+    processes = [
+        subprocess.Popen(command, env=env, start_new_session=True, stdin=subprocess.PIPE, text=True)
+        for _ in range(workers)
+    ]
+    for process in processes:  # the job (the storage URL with its password, the sweep file) on stdin
+        with contextlib.suppress(BrokenPipeError):  # a worker that died at start: its exit code tells
+            process.stdin.write(job.to_json())
+            process.stdin.close()
     try:
         for process in processes:
             process.wait()

@@ -21,7 +21,15 @@ from tinytf.sweep.spec import Sweep
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
-from tinytf.sweep.study import STUDY_FILE, Setting, saved_sweep, settings_of, storage_errors, storage_for
+from tinytf.sweep.study import (
+    STUDY_FILE,
+    Setting,
+    masked,
+    saved_sweep,
+    settings_of,
+    storage_errors,
+    storage_for,
+)
 
 ORDER = {"done": 0, "pruned": 1, "running": 2, "waiting": 3, "cut short": 4, "failed": 5}
 
@@ -70,7 +78,7 @@ def load_results(sweep: str, *, storage: str | None = None, runs_dir: Path = Pat
     store = storage_for(folder, storage, writing=False)  # reading it: a torn last line is Optuna's to skip
     with storage_errors(store):
         if name not in optuna.study.get_all_study_names(store):
-            raise UserError(f"{storage or folder}: no sweep named {name!r} there")
+            raise UserError(f"{masked(storage) if storage else folder}: no sweep named {name!r} there")
         study = optuna.load_study(study_name=name, storage=store)
     spec = saved_sweep(study)
     rows = [_row(setting, spec) for setting in settings_of(study)]

@@ -20,6 +20,7 @@ attributes:
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 import socket
 import time
@@ -31,7 +32,8 @@ import optuna
 from optuna.samplers import RandomSampler
 from optuna.study import StudyDirection
 from optuna.trial import FrozenTrial, TrialState
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
 from tinytf.errors import UserError, first_line
 from tinytf.sweep.journal import checked_journal
@@ -43,10 +45,10 @@ ORPHAN_S = 60  # a trial still without its worker this long after it began lost 
 
 
 def storage_for(folder: Path, url: str | None, *, writing: bool = True) -> optuna.storages.BaseStorage | str:
-    """`url` (sqlite:///..., postgresql://..., mysql://...) or the journal file in `folder`,
-    checked (journal.py); `writing`: its torn last line, if any, is cut first."""
+    """`url` (sqlite:///..., postgresql://..., mysql://...; see `database_url`) or the journal
+    file in `folder`, checked (journal.py); `writing`: its torn last line, if any, is cut first."""
     if url is not None:
-        return url
+        return database_url(url)
     folder.mkdir(parents=True, exist_ok=True)
     checked_journal(folder / STUDY_FILE, repair=writing)
     return optuna.storages.JournalStorage(optuna.storages.journal.JournalFileBackend(str(folder / STUDY_FILE)))
@@ -94,17 +96,52 @@ def open_study(sweep: Sweep, name: str, storage: optuna.storages.BaseStorage | s
     return study
 
 
+# The drivers SQLAlchemy may use for a URL that names none (postgresql://...), in the order
+# tried, with what installs each; the first installed one is used.
+POSTGRES_DRIVERS = {"psycopg": 'pip install "psycopg[binary]"', "psycopg2": "pip install psycopg2-binary"}
+
+
+def database_url(url: str) -> str:
+    """`--storage URL` as Optuna opens it: a PostgreSQL URL that names no driver gets the one
+    installed (SQLAlchemy's default need not be); an in-memory database, which each worker
+    process would have its own of, is refused."""
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        raise UserError(f"--storage {url}: not a database URL (sqlite:///FILE, postgresql://USER@HOST/DB...)") from None
+    if parsed.get_backend_name() == "sqlite" and parsed.database in (None, "", ":memory:"):
+        raise UserError(
+            f"--storage {masked(url)}: an in-memory database lives and dies with one process, and each worker "
+            "is its own process; give a file, e.g. sqlite:///sweeps.db"
+        )
+    if parsed.drivername == "postgresql":
+        installed = [driver for driver in POSTGRES_DRIVERS if importlib.util.find_spec(driver) is not None]
+        if not installed:
+            raise UserError(
+                f"--storage {masked(url)}: no PostgreSQL driver is installed; {POSTGRES_DRIVERS['psycopg']} "
+                f"(or {POSTGRES_DRIVERS['psycopg2']})"
+            )
+        return parsed.set(drivername=f"postgresql+{installed[0]}").render_as_string(hide_password=False)
+    return url
+
+
+def masked(url: str) -> str:
+    """A database URL with its password shown as ***, for messages: they end up in logs."""
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except ArgumentError:
+        return url
+
+
 @contextlib.contextmanager
 def storage_errors(storage: optuna.storages.BaseStorage | str) -> Iterator[None]:
-    """A database URL that cannot be opened, or whose driver is missing, as one `UserError`."""
-    where = f"--storage {storage}" if isinstance(storage, str) else STUDY_FILE
+    """A database URL that cannot be opened, or whose driver is missing, as one `UserError`
+    (the URL's password masked)."""
+    where = f"--storage {masked(storage)}" if isinstance(storage, str) else STUDY_FILE
     try:
         yield
-    except ImportError:
-        raise UserError(
-            f"{where}: its database driver is not installed "
-            "(postgresql://: pip install psycopg2-binary; mysql+pymysql://: pip install pymysql)"
-        ) from None
+    except ImportError as err:
+        raise UserError(f"{where}: its database driver is not installed ({first_line(err)})") from None
     except (SQLAlchemyError, ValueError, RuntimeError) as err:  # a URL of an unknown kind, a database it cannot open
         raise UserError(f"{where}: {first_line(err)}") from None
 

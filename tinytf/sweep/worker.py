@@ -152,8 +152,8 @@ def watch_parent(parent: int) -> None:
 def main(argv: list[str]) -> int:
     """Take runs until none is left; 0, or EXIT_INTERRUPTED after Ctrl-C (forwarded by the parent)."""
     try:
-        job = Job.from_json(argv[0])
-        watch_parent(int(argv[1]))
+        job = Job.from_json(sys.stdin.read())  # on stdin, not in argv: no size limit, no secret in `ps`
+        watch_parent(int(argv[0]))
         import torch
 
         torch.set_num_threads(job.threads)
