@@ -163,7 +163,9 @@ def wait_for_a_run(folder, seconds=60):
 
 
 def long_base():
-    return tiny_data(train={"steps": 3000, "eval_every": 20, "checkpoint_every": 20})
+    """Runs long enough to be cut after their first checkpoint (step 20), short enough to
+    train again: the base config cannot change between the runs of a sweep."""
+    return tiny_data(train={"steps": 800, "eval_every": 20, "checkpoint_every": 20})
 
 
 def test_a_killed_sweep_fails_its_cut_trial_and_retries_it_once(tmp_path):
@@ -179,7 +181,6 @@ def test_a_killed_sweep_fails_its_cut_trial_and_retries_it_once(tmp_path):
         assert time.monotonic() < deadline, "the worker outlived its sweep"
         time.sleep(0.1)
 
-    write_config(tmp_path, tiny_data(), "base.yaml")  # the retry and the rest train briefly
     output = run_sweep(path)
     assert f"trying again the trials cut short: {cut.number}" in output
     states = {trial.number: trial.state.name for trial in trials(folder)}
@@ -226,7 +227,6 @@ def test_ctrl_c_saves_the_running_trials_and_the_next_sweep_retries_them(tmp_pat
     assert cut and all(row["state"] in ("cut short", "done") for row in shown(folder)["settings"])
     for run in folder.glob("trial-*"):  # every run saved where it stopped
         assert (run / "checkpoints" / "last.pt").is_file()
-    write_config(tmp_path, tiny_data(), "base.yaml")
     run_sweep(path)
     assert all(row["state"] == "done" for row in shown(folder)["settings"])
 
@@ -279,6 +279,8 @@ BAD_SWEEPS = [
     ({"objective": {"metric": "time_to_target"}}, "needs train.stop_at_accuracy"),
     ({"objective": {"metric": "speed"}}, "objective.metric: Input should be"),
     ({"seeds": [1, 1]}, "seeds: each seed once"),
+    ({"seeds": [0, 2**63]}, "seeds: each seed once, from 0 to 9223372036854775807"),
+    ({"params": {"seed": {"choice": [5, 6]}}}, "params.seed: every setting trains on each seed of seeds"),
     ({"params": {"model.n_layers": {"int": [1, 4], "log": True, "step": 2}}}, "step is for int ranges without log"),
     ({"params": {}, "base": "nowhere.yaml"}, "nowhere.yaml"),
     ({"base": "missing.yaml"}, "missing.yaml"),
@@ -486,6 +488,32 @@ def test_the_job_reaches_the_workers_on_stdin_not_in_argv(tmp_path, monkeypatch)
     for command, options, worker in started:
         assert "s3cret" not in " ".join(command) and options["stdin"] == subprocess.PIPE
         assert json.loads(worker.stdin.getvalue())["storage"] == url
+
+
+def test_a_base_config_changed_since_the_sweep_started_is_refused(tmp_path):
+    from tinytf.sweep.spec import load_sweep
+    from tinytf.sweep.study import open_study, storage_for
+
+    path = write_sweep(tmp_path)
+    sweep, _, base = load_sweep(path)
+    open_study(sweep, "grid", storage_for(tmp_path / "sweeps" / "grid", None), base)  # started on 12 steps
+    write_config(tmp_path, tiny_data(train={"steps": 400}), "base.yaml")
+    result = invoke("sweep", path, "--runs-dir", tmp_path / "sweeps")
+    assert_user_error(
+        result, "the base config of the sweep 'grid' has changed since it started (train.steps: 12 -> 400)"
+    )
+    assert not list((tmp_path / "sweeps" / "grid").glob("trial-*"))
+    write_config(tmp_path, tiny_data(), "base.yaml")  # restored: the same study goes on
+    sweep, _, base = load_sweep(path)
+    assert open_study(sweep, "grid", storage_for(tmp_path / "sweeps" / "grid", None), base).user_attrs["base"]
+
+
+def test_a_sweep_name_that_names_no_folder_says_where_it_came_from(tmp_path):
+    path = write_sweep(tmp_path)
+    assert_user_error(invoke("sweep", path, "--name", "", "--runs-dir", tmp_path), "--name '': a run name is one")
+    hidden = write_sweep(tmp_path, name=".hidden")
+    message = f"{hidden}: a sweep is named after its file, and '.hidden' names no folder; give --name"
+    assert_user_error(invoke("sweep", hidden, "--runs-dir", tmp_path / "sweeps"), message)
 
 
 def failed_run(study):

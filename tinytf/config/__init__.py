@@ -91,6 +91,7 @@ class _SectionCheck(ValueError):
 # (to keep held-out examples out of training) with this many weights.
 MAX_EXAMPLE_TOKENS = 4096
 DEFAULT_EVAL_SIZE = 1000  # held-out examples when task.eval_size is unset
+MAX_SEED = 2**63 - 1  # torch's seeds are 64-bit signed
 
 
 class TaskConfig(Section):
@@ -258,7 +259,7 @@ class Config(Section):
     # torch seeds are 64-bit: torch.Generator.manual_seed takes -2**63..2**64-1 and
     # wraps negative seeds (-1 and 2**64-1 name one stream). 0..2**63-1 is one stream per
     # seed and fits a signed 64-bit integer wherever it is stored.
-    seed: Int = Field(0, ge=0, le=2**63 - 1)
+    seed: Int = Field(0, ge=0, le=MAX_SEED)
 
     def to_dict(self) -> dict[str, Any]:
         """Plain, YAML-ready data: `config_from_dict(c.to_dict()) == c`."""

@@ -88,7 +88,7 @@ FIXED_FOR_A_RUN = ("task", "model", "seed", "train.optimizer")
 def check_unchanged(saved: Config, resumed: Config) -> None:
     """A resumed run may train differently (train.*, log.*) but stays the same run: its
     task, model, seed and optimizer cannot change (a new seed would even swap its held-out set)."""
-    before, after = _dotted(saved.to_dict()), _dotted(resumed.to_dict())
+    before, after = dotted(saved.to_dict()), dotted(resumed.to_dict())
     for key, value in after.items():
         if (key in FIXED_FOR_A_RUN or key.split(".")[0] in FIXED_FOR_A_RUN) and before.get(key) != value:
             raise ConfigProblem(
@@ -98,7 +98,7 @@ def check_unchanged(saved: Config, resumed: Config) -> None:
             )
 
 
-def _dotted(data: dict) -> dict:
+def dotted(data: dict) -> dict:
     """{"model": {"d_model": 64}, "seed": 0} -> {"model.d_model": 64, "seed": 0}"""
     return {
         f"{section}.{key}" if isinstance(values, dict) else section: value

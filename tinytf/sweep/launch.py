@@ -64,16 +64,15 @@ def run_sweep(
 ) -> Outcome:
     """Run the sweep file at `path` until every setting is trained (see the module)."""
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    sweep, base, _ = load_sweep(path)
+    sweep, base, base_config = load_sweep(path)
     if trials is not None:
         if sweep.is_grid:
             raise UserError(f"--trials: this sweep trains every setting of its grid ({sweep.budget})")
         sweep = sweep.model_copy(update={"trials": trials})
-    name = name or path.stem
-    check_run_name(name, runs_dir)
+    name = _sweep_name(path, name, runs_dir)
     folder = runs_dir / name
     store = storage_for(folder, storage)
-    study = open_study(sweep, name, store)
+    study = open_study(sweep, name, store, base_config)
     with storage_errors(store):
         retried = retry_cut_short(study, store, sweep.seeds)
     if retried:
@@ -99,6 +98,20 @@ def run_sweep(
             if code not in (0, *interrupted)
         ]
     return Outcome(folder, finished, ran=True, interrupted=stopped, failed_workers=failed)
+
+
+def _sweep_name(path: Path, name: str | None, runs_dir: Path) -> str:
+    """--name, or the sweep file's name; a `UserError` for one that names no folder, saying
+    where it came from."""
+    if name is not None:
+        check_run_name(name, runs_dir)
+        return name
+    try:
+        check_run_name(path.stem, runs_dir)
+    except UserError:
+        message = f"{path}: a sweep is named after its file, and {path.stem!r} names no folder; give --name"
+        raise UserError(message) from None
+    return path.stem
 
 
 def _how_it_ended(number: int, pid: int, code: int, study: optuna.Study) -> str:

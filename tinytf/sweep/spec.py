@@ -29,7 +29,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, ValidationError, model_validator
 
-from tinytf.config import MAX_CONFIG_BYTES, Config, config_variants
+from tinytf.config import MAX_CONFIG_BYTES, MAX_SEED, Config, config_variants
 from tinytf.config.plain_yaml import Lines, read_yaml_file
 from tinytf.errors import ConfigError
 from tinytf.run.setup import check_config
@@ -189,8 +189,12 @@ def _check_settings(sweep: Sweep, path: Path, lines: Lines) -> None:
     def line(*key: str) -> str:
         return f"{path}: line {lines.get(key, 1)}"
 
-    if len(set(sweep.seeds)) < len(sweep.seeds) or min(sweep.seeds) < 0:
-        raise ConfigError(f"{line('seeds')}: seeds: each seed once, none below 0")
+    if len(set(sweep.seeds)) < len(sweep.seeds) or min(sweep.seeds) < 0 or max(sweep.seeds) > MAX_SEED:
+        raise ConfigError(f"{line('seeds')}: seeds: each seed once, from 0 to {MAX_SEED} (the config's seed)")
+    if "seed" in sweep.params:
+        raise ConfigError(
+            f"{line('params', 'seed')}: params.seed: every setting trains on each seed of seeds; list them there"
+        )
     if sweep.sampler == "grid":
         if ranges := [key for key, param in sweep.params.items() if param.grid() is None]:
             raise ConfigError(

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import json
 import os
 import socket
 import time
@@ -35,7 +36,9 @@ from optuna.trial import FrozenTrial, TrialState
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
+from tinytf.config import Config
 from tinytf.errors import UserError, first_line
+from tinytf.run.setup import dotted
 from tinytf.sweep.journal import checked_journal
 from tinytf.sweep.spec import Sweep
 
@@ -65,10 +68,13 @@ def pruner_for(sweep: Sweep) -> optuna.pruners.BasePruner:
     return optuna.pruners.MedianPruner() if sweep.pruner == "median" else optuna.pruners.NopPruner()
 
 
-def open_study(sweep: Sweep, name: str, storage: optuna.storages.BaseStorage | str) -> optuna.Study:
+def open_study(
+    sweep: Sweep, name: str, storage: optuna.storages.BaseStorage | str, base: Config | None = None
+) -> optuna.Study:
     """The study `name` in `storage`, made for `sweep` if new. A study made by another
-    sweep file (other params, seeds, objective or sampler) is refused: its values would
-    not compare. `trials` may grow, to try more settings."""
+    sweep file (other params, seeds, objective or sampler), or on a base config that has
+    changed since, is refused: its values would not compare. `trials` may grow, to try
+    more settings."""
     direction = "minimize" if sweep.objective.minimize else "maximize"
     with storage_errors(storage):
         study = optuna.create_study(
@@ -93,7 +99,27 @@ def open_study(sweep: Sweep, name: str, storage: optuna.storages.BaseStorage | s
             f"the sweep {name!r} was started with other {', '.join(changed)}: give this one another --name "
             "(only trials may change between runs of a sweep)"
         )
+    if base is not None:
+        _check_base(study, name, base)
     return study
+
+
+def _check_base(study: optuna.Study, name: str, base: Config) -> None:
+    """Record the base config the study's runs train on; refuse one that has changed since."""
+    config = json.loads(json.dumps(base.to_dict()))
+    saved = study.user_attrs.get("base")
+    if saved is None:
+        study.set_user_attr("base", config)
+        return
+    before, after = dotted(saved), dotted(config)
+    changed = [
+        f"{key}: {before.get(key)!r} -> {after.get(key)!r}" for key in after if before.get(key) != after.get(key)
+    ]
+    if changed:
+        raise UserError(
+            f"the base config of the sweep {name!r} has changed since it started ({'; '.join(changed[:3])}): "
+            "its runs would not compare; restore it, or start a new sweep with another --name"
+        )
 
 
 # The drivers SQLAlchemy may use for a URL that names none (postgresql://...), in the order
