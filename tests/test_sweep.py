@@ -612,3 +612,29 @@ def test_every_setting_of_a_large_grid_is_checked_before_training(tmp_path):
     params = {"model.n_heads": {"choice": [1, 3]}, "train.lr": {"choice": rates}}  # n_heads 3 from setting 1,100 on
     with pytest.raises(ConfigError, match=r"line \d+: params: --set model.n_heads=3"):
         load_sweep(write_sweep(tmp_path, params=params))
+
+
+def test_a_full_disk_stops_the_sweep_in_one_line_and_the_rerun_trains_what_it_cut(tmp_path):
+    from test_training import small_disk
+
+    data = tiny_data(train={"steps": 40, "checkpoint_every": 4}, log={"every": 1, "attention_every": 4})
+    path = write_sweep(tmp_path, base_config=data, seeds=[0])
+    with small_disk(tmp_path / "disk", "150k") as disk:
+        runs = ["--runs-dir", disk / "sweeps"]
+        process = subprocess.run(
+            [sys.executable, "-m", "tinytf", "sweep", path.name, *map(str, runs)],
+            cwd=tmp_path,
+            env=SUBPROCESS_ENV,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert process.returncode == 1 and "Traceback" not in process.stdout + process.stderr, process.stderr
+        (error,) = [line for line in process.stderr.splitlines() if line.startswith("error: ")]
+        assert "could not write a file" in error and "run the same command" in error
+        assert "No space left on device" in process.stdout  # what the worker could not write, with its trial
+        subprocess.run(["mount", "-o", "remount,size=20m", str(disk)], check=True)  # space freed
+        output = run_sweep(path, *runs)
+        settings = shown(disk / "sweeps" / "grid")["settings"]
+        assert all(row["state"] == "done" for row in settings), output
+        assert sorted(row["params"]["train.lr"] for row in settings) == [0.001, 0.003]

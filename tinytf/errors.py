@@ -10,6 +10,7 @@ import difflib
 from collections.abc import Iterable
 
 EXIT_INTERRUPTED = 130  # the shell's convention for "stopped by Ctrl-C"
+EXIT_WRITE_FAILED = 3  # a sweep worker that could not write (a full disk): its error is on stderr
 
 
 class UserError(Exception):

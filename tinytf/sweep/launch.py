@@ -22,7 +22,7 @@ import optuna
 from optuna.trial import TrialState
 
 from tinytf.device import machine_cores, threads_asked
-from tinytf.errors import EXIT_INTERRUPTED, UserError
+from tinytf.errors import EXIT_INTERRUPTED, EXIT_WRITE_FAILED, UserError
 from tinytf.files import check_run_name
 from tinytf.sweep.spec import Job, load_sweep
 from tinytf.sweep.study import (
@@ -116,7 +116,12 @@ def _sweep_name(path: Path, name: str | None, runs_dir: Path) -> str:
 
 def _how_it_ended(number: int, pid: int, code: int, study: optuna.Study) -> str:
     """`worker 2 (process 4242) was killed by SIGKILL while training trial 5`."""
-    how = f"was killed by {signal.Signals(-code).name}" if code < 0 else f"exited with code {code}"
+    if code == EXIT_WRITE_FAILED:
+        how = "stopped: it could not write a file, as it says above (a full disk?)"
+    elif code < 0:
+        how = f"was killed by {signal.Signals(-code).name}"
+    else:
+        how = f"exited with code {code}"
     mine = [
         trial.number
         for trial in study.get_trials(deepcopy=False)

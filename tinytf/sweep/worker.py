@@ -10,6 +10,7 @@ closes the trial as cut short, for the next `tinytf sweep` to retry.
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import signal
@@ -19,7 +20,7 @@ import time
 
 import optuna
 
-from tinytf.errors import EXIT_INTERRUPTED, UserError
+from tinytf.errors import EXIT_INTERRUPTED, EXIT_WRITE_FAILED, UserError
 from tinytf.run.setup import load_setup
 from tinytf.sweep.spec import Job, Param, overrides
 from tinytf.sweep.study import (
@@ -34,7 +35,7 @@ from tinytf.sweep.study import (
     storage_for,
 )
 from tinytf.training.loggers import NullLogger
-from tinytf.training.trainer import TrainingDiverged, train
+from tinytf.training.trainer import TrainingDiverged, WriteFailed, train
 
 PARENT_CHECK_S = 0.5  # how often a worker looks for its parent
 
@@ -91,6 +92,10 @@ def train_run(trial: optuna.Trial, job: Job, setting: dict, seed: int) -> float:
         result = train(setup, runs_dir=job.folder, name=f"trial-{trial.number:03d}-seed-{seed}", loggers=[watch])
     except TrainingDiverged:  # a result: this setting does not train
         return worst
+    except WriteFailed:  # a full disk: not the setting's fault; trained again once there is room
+        with contextlib.suppress(OSError):  # (the journal may be on the full disk too)
+            trial.set_user_attr("interrupted", True)
+        raise
     except UserError as err:  # an invalid combination of values, a full disk...: the run fails for good
         trial.set_user_attr("error", str(err))
         raise Skipped(str(err)) from None
@@ -134,6 +139,9 @@ def objective(trial: optuna.Trial, job: Job, study: optuna.Study) -> float:
         trial.set_user_attr("interrupted", True)  # by Ctrl-C: trained again, however often
         print(f"{said}: stopped; its run is saved, and the next `tinytf sweep` trains it again", flush=True)
         raise
+    except WriteFailed as err:
+        print(f"{said}: stopped, the next `tinytf sweep` trains it again: {err}", flush=True)
+        raise
     print(f"{said}: {job.sweep.objective.metric} {value:.4g}", flush=True)
     return value
 
@@ -175,6 +183,11 @@ def main(argv: list[str]) -> int:
             study.optimize(run, n_trials=1, catch=(Skipped, CutShort))
     except KeyboardInterrupt:  # Ctrl-C outside a run; a trial it cut short is closed as failed
         return EXIT_INTERRUPTED
+    except WriteFailed:  # said with its trial
+        return EXIT_WRITE_FAILED
+    except OSError as err:  # the study's journal on a full disk
+        print(f"cannot write {err.filename or 'the study'}: {err.strerror or err}", flush=True)
+        return EXIT_WRITE_FAILED
     return EXIT_INTERRUPTED if cut else 0
 
 

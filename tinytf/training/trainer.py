@@ -118,7 +118,7 @@ def train(
             return trainer.run(stop_requested)
         except OSError as err:  # a full disk, most likely: every file written so far is whole
             where = err.filename or trainer.run_dir
-            raise UserError(f"{where}: {err.strerror or err}; {trainer.what_is_saved()}") from None
+            raise WriteFailed(f"{where}: {err.strerror or err}; {trainer.what_is_saved()}") from None
 
 
 def _assemble(setup: Setup, loggers: Sequence[Logger], job: Job) -> Trainer:
@@ -398,6 +398,11 @@ class Trainer:
             f"checkpoints/{which}.pt of step {saved[which]}" for which in ("last", "best") if which in saved
         )
         return f"the run keeps {held}"
+
+
+class WriteFailed(UserError):
+    """A file of the run could not be written (a full disk, most likely); every file written
+    before is whole, and the message says which checkpoints the run keeps."""
 
 
 class TrainingDiverged(UserError):
