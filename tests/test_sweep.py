@@ -638,3 +638,27 @@ def test_a_full_disk_stops_the_sweep_in_one_line_and_the_rerun_trains_what_it_cu
         settings = shown(disk / "sweeps" / "grid")["settings"]
         assert all(row["state"] == "done" for row in settings), output
         assert sorted(row["params"]["train.lr"] for row in settings) == [0.001, 0.003]
+
+
+def test_two_sweeps_starting_at_once_on_a_new_sqlite_study_both_open_it(tmp_path):
+    """They race to make the database's tables; the one that loses tries again (a real race:
+    two processes released at the same instant, three times over)."""
+    path = write_sweep(tmp_path)
+    program = (
+        "import sys, time\n"
+        "from tinytf.sweep.spec import load_sweep\n"
+        "from tinytf.sweep.study import open_study\n"
+        "sweep, _, base = load_sweep(sys.argv[1])\n"
+        "while time.time() < float(sys.argv[3]):\n"
+        "    pass\n"
+        "open_study(sweep, 'grid', sys.argv[2], base)\n"
+    )
+    for round_ in range(3):
+        url, start = f"sqlite:///{tmp_path / f'race-{round_}.db'}", str(time.time() + 2.5)
+        both = [
+            subprocess.Popen([sys.executable, "-c", program, path, url, start], stderr=subprocess.PIPE, text=True)
+            for _ in range(2)
+        ]
+        for process in both:
+            _, stderr = process.communicate(timeout=60)
+            assert process.returncode == 0, stderr

@@ -44,6 +44,7 @@ from tinytf.sweep.spec import Sweep
 
 STUDY_FILE = "study.journal"  # the default storage, in the sweep's folder
 HOST = socket.gethostname()
+CREATE_TRIES = 4  # making a study, when another process makes the same database's tables
 ORPHAN_S = 60  # a trial still without its worker this long after it began lost its process between two calls
 
 
@@ -77,14 +78,7 @@ def open_study(
     more settings."""
     direction = "minimize" if sweep.objective.minimize else "maximize"
     with storage_errors(storage):
-        study = optuna.create_study(
-            study_name=name,
-            storage=storage,
-            sampler=sampler_for(sweep),
-            pruner=pruner_for(sweep),
-            direction=direction,
-            load_if_exists=True,
-        )
+        study = _created(name, storage, sweep, direction)
     made_by = sweep.model_dump(mode="json", by_alias=True, exclude={"trials"})
     saved = study.user_attrs.get("sweep")
     if saved is None:
@@ -102,6 +96,24 @@ def open_study(
     if base is not None:
         _check_base(study, name, base)
     return study
+
+
+def _created(name: str, storage: optuna.storages.BaseStorage | str, sweep: Sweep, direction: str) -> optuna.Study:
+    """The study, made if new. Two processes making a new database's tables at the same
+    moment: one of them fails (a table or row the other just made); it tries again."""
+
+    def create() -> optuna.Study:
+        sampler, pruner = sampler_for(sweep), pruner_for(sweep)
+        return optuna.create_study(
+            study_name=name, storage=storage, sampler=sampler, pruner=pruner, direction=direction, load_if_exists=True
+        )
+
+    for attempt in range(1, CREATE_TRIES):
+        try:
+            return create()
+        except SQLAlchemyError:
+            time.sleep(0.2 * attempt)
+    return create()  # the last try: its error is the user's
 
 
 def _check_base(study: optuna.Study, name: str, base: Config) -> None:
