@@ -120,6 +120,8 @@ def test_attribute_splits_the_logit_difference_into_parts_that_add_up(sentences_
     table = invoke(*args)
     assert table.exit_code == 0 and f"logit difference {report['ld']:.3f} = the sum" in table.stdout
     assert_user_error(invoke(*args[:3], "sleeps sleeps", *args[4:]), "must each be one token")
+    same = ["attribute", "the cat near the dogs", "--answer", "sleeps", "--wrong", "sleeps", "--run", sentences_run]
+    assert_user_error(invoke(*same), "the answer and the wrong answer are both 'sleeps'")
 
 
 def test_positions_are_labelled_with_one_pairs_words_and_drawn_pairs_counted_from_the_end(sentences_run):

@@ -2,6 +2,7 @@
 high (weights, a training step), refuses sizes that cannot fit together in one line before
 anything is allocated, lets the limit key through, and passes every shipped config."""
 
+import re
 from pathlib import Path
 
 import pytest
@@ -113,3 +114,13 @@ def test_every_shipped_config_fits_a_small_laptop(path, monkeypatch):
     config = load_config(path)
     assert sum(p.bytes for p in estimate(Setup.of(config))) < 0.5 * GB
     check_memory(Setup.of(config))
+
+
+@pytest.mark.parametrize("config", ["grokking.yaml", "add-decoder.yaml", "sort-decoder.yaml"])
+def test_a_refusal_names_only_keys_the_task_uses(config):
+    """modular-add has no task.max_len: its refusal names the keys it has."""
+    setup = load_setup(ROOT / "configs" / config, ["train.memory_limit_gb=1e-6"])
+    with pytest.raises(ConfigError) as raised:
+        check_memory(setup)
+    named = set(re.findall(r"task\.(\w+)", str(raised.value)))
+    assert named and named <= {*setup.task.config_keys, "eval_size"}, str(raised.value)

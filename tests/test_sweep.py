@@ -280,6 +280,7 @@ BAD_SWEEPS = [
     ({"objective": {"metric": "speed"}}, "objective.metric: Input should be"),
     ({"seeds": [1, 1]}, "seeds: each seed once"),
     ({"seeds": [0, 2**63]}, "seeds: each seed once, from 0 to 9223372036854775807"),
+    ({"params": {"train.lr": {"choice": [float("nan"), 0.001]}}}, "params.train.lr.choice: a choice is a finite"),
     ({"params": {"seed": {"choice": [5, 6]}}}, "params.seed: every setting trains on each seed of seeds"),
     ({"params": {"model.n_layers": {"int": [1, 4], "log": True, "step": 2}}}, "step is for int ranges without log"),
     ({"params": {}, "base": "nowhere.yaml"}, "nowhere.yaml"),
@@ -383,7 +384,7 @@ def test_the_example_sweeps_are_valid_from_any_folder(example, monkeypatch, tmp_
     assert base.is_file() and config.train.stop_at_accuracy is not None and sweep.budget >= 1
 
 
-def test_a_study_in_a_database_is_read_back_by_name(tmp_path):
+def test_a_study_in_a_database_is_read_back_by_name(tmp_path, monkeypatch):
     from tinytf.sweep.spec import Job, load_sweep
     from tinytf.sweep.study import open_study
 
@@ -396,6 +397,11 @@ def test_a_study_in_a_database_is_read_back_by_name(tmp_path):
     assert result.exit_code == 0, result.output
     assert [line.split(",")[2] for line in result.stdout.splitlines()[1:]] == ["done", "done"]
     assert_user_error(invoke("sweep", "show", "other", "--storage", url), "no sweep named 'other'")
+    elsewhere = tmp_path / "elsewhere"  # a machine that reads the database without the runs
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    drawn = invoke("sweep", "show", "lr", "--storage", url, "--format", "png")
+    assert drawn.exit_code == 0 and drawn.stdout == "wrote sweep.png\n" and (elsewhere / "sweep.png").is_file()
 
 
 def test_a_study_another_program_made_is_one_line(tmp_path):

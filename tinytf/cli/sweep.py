@@ -106,7 +106,9 @@ def show(
     if output_format is SweepFormat.png:
         from tinytf.sweep.results import sweep_figure
 
-        path = out or (results.folder or Path(".")) / "sweep.png"
+        # Beside the sweep's runs, where this machine has them (a database's sweep may have none here)
+        folder = results.folder if results.folder is not None and results.folder.is_dir() else Path(".")
+        path = out or folder / "sweep.png"
         write_png(path, sweep_figure(results))
         typer.echo(f"wrote {path}")
         return

@@ -108,6 +108,11 @@ def prompts_of(framing: Framing, pairs: Sequence[MinimalPair], max_len: int) -> 
                 f"the clean prompt has {lengths[0]} tokens, the corrupted one {lengths[1]}: "
                 "a minimal pair differs in words, not in length"
             )
+        if pair.answer == pair.wrong:
+            raise UserError(
+                f"the answer and the wrong answer are both {pair.answer!r}: their logit difference is 0 "
+                "whatever the model does; give two different tokens"
+            )
         answers = [framing.task.vocab.encode(word) for word in (pair.answer, pair.wrong)]
         if any(len(ids) != 1 for ids in answers):
             raise UserError(f"{pair.answer!r} and {pair.wrong!r} must each be one token")

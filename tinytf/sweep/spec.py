@@ -27,7 +27,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictBool,
+    StrictFloat,
+    StrictInt,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from tinytf.config import MAX_CONFIG_BYTES, MAX_SEED, Config, config_variants
 from tinytf.config.plain_yaml import Lines, read_yaml_file
@@ -53,6 +63,14 @@ class Param(_Strict):
     choice: tuple[Value, ...] | None = Field(None, min_length=1)
     log: StrictBool = False
     step: StrictInt | None = Field(None, ge=1)
+
+    @field_validator("choice", mode="before")
+    @classmethod
+    def _finite(cls, values: object) -> object:
+        """`.nan` or `.inf` as a choice: said as such (the union's own error names a boolean)."""
+        if isinstance(values, list | tuple) and any(isinstance(v, float) and not math.isfinite(v) for v in values):
+            raise ValueError("a choice is a finite number, a string, true, false or null: not .nan or .inf")
+        return values
 
     @model_validator(mode="after")
     def _one_kind(self) -> Param:

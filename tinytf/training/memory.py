@@ -65,7 +65,8 @@ def estimate(setup: Setup) -> list[Part]:
     step, held_out = setup.examples_per_step, task.held_out_size()
     evaluated = min(EVAL_BATCH, held_out)
     scored = min(N_HEAD_SCORE_INPUTS, held_out) if config.log.attention_every and config.log.head_scores else 0
-    length = "task.max_len"
+    # The key the sequences' length follows: task.max_len, or a task's own first key (task.digits, task.modulus).
+    length = "task.max_len" if "max_len" in task.config_keys else f"task.{(*task.config_keys, 'name')[0]}"
     return [
         Part(
             "the model and its optimizer",
