@@ -29,9 +29,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tinytf.config import read_yaml
+from tinytf.cli.output import check_out, write_png
 from tinytf.errors import UserError
 from tinytf.run.folder import RunFolder
+from tinytf.run.setup import read_saved_config
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -52,17 +53,16 @@ class Run:
     @staticmethod
     def read(folder: Path) -> Run:
         """The run in `folder`: a `UserError` for anything but a run of a task with a fixed training set."""
-        records = RunFolder(folder).read_metrics()
-        accuracy = {
-            split: {r["step"]: r["seq_acc"] for r in records if r["split"] == split} for split in ("train_set", "val")
-        }
+        run = RunFolder(folder)
+        records = run.read_metrics()
+        accuracy = {split: _accuracies(run, records, split) for split in ("train_set", "val")}
         if not accuracy["train_set"]:
             raise UserError(f"{folder}: no train_set metrics; is it a run of a task with a fixed training set?")
         if not accuracy["val"]:
             raise UserError(f"{folder}: no held-out (val) metrics yet")
-        seed = read_yaml(RunFolder(folder).config)["seed"]
-        weight_norm = {r["step"]: r["weight_norm"] for r in records if r["split"] == "train"}
-        spectra = {r["step"]: r["norms"] for r in records if r["split"] == "fourier"}
+        seed = read_saved_config(run.config).seed
+        weight_norm = {r["step"]: r["weight_norm"] for r in records if r.get("split") == "train"}
+        spectra = {r["step"]: r["norms"] for r in records if r.get("split") == "fourier"}
         return Run(folder, seed, accuracy, weight_norm, spectra)
 
     def first_reaching(self, split: str) -> int | None:
@@ -79,6 +79,20 @@ class Run:
     def groks(self) -> bool:
         s1, s2 = self.s1, self.s2
         return s1 is not None and s2 is not None and self.accuracy["val"][s1] < STILL_GUESSING and s2 >= DELAY * s1
+
+
+def _accuracies(run: RunFolder, records: list[dict], split: str) -> dict[int, float]:
+    """step -> held-out (or training-set) exact match of the `split` records; a `UserError`
+    naming the step of one that is not a number."""
+    found = {}
+    for record in records:
+        if record.get("split") != split:
+            continue
+        value = record.get("seq_acc")
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise UserError(f"{run.metrics}: the {split} record of step {record['step']} has seq_acc {value!r}")
+        found[record["step"]] = value
+    return found
 
 
 def table(runs: list[Run], controls: list[Run]) -> str:
@@ -241,6 +255,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--attention", action="store_true", help="each head's attention on a and b (loads the model)")
     args = parser.parse_args(argv)
     try:
+        check_out(args.out, "png", ("png",), "grokking.png")  # before anything is read
         runs, controls = [Run.read(f) for f in args.runs], [Run.read(f) for f in args.control]
     except UserError as err:  # ConfigError too: a config.yaml missing or unreadable
         print(f"error: {err}", file=sys.stderr)
@@ -255,7 +270,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {err}", file=sys.stderr)
         return 2
     if args.out is not None:
-        grokking_figure(runs, controls).savefig(args.out, dpi=110)
+        try:
+            write_png(args.out, grokking_figure(runs, controls), dpi=110)
+        except UserError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 2
         print(f"figure: {args.out}")
     return 1 if args.check and not all(run.groks() for run in runs) else 0
 

@@ -341,3 +341,20 @@ def test_grokking_attention_splits_each_head_between_a_and_b_as_attend_shows_it(
         assert float(a) == pytest.approx(np.mean(on_a, axis=0)[head], abs=0.006)
         assert float(b) == pytest.approx(np.mean(on_b, axis=0)[head], abs=0.006)
         assert float(median) == pytest.approx(np.median(np.array(larger)[:, head]), abs=0.02)
+
+
+def test_grokking_says_in_one_line_what_is_wrong_with_a_run_or_with_out(tmp_path):
+    run = fake_run(tmp_path / "run", 0, [0.5, 0.995], [0.1, 0.2])
+    for out, message in [(tmp_path, "is a folder; name a file"), (tmp_path / "no" / "g.png", "no folder")]:
+        done = run_script("scripts/grokking.py", run, "--out", out, returncode=2)
+        assert_one_line_error(done, message)
+    metrics = run / "metrics.jsonl"
+    whole = metrics.read_text()
+    metrics.write_text(whole.replace('"seq_acc": 0.1}', '"seq_acc": "high"}'))
+    done = run_script("scripts/grokking.py", run, returncode=2)
+    assert_one_line_error(done, "the val record of step 100 has seq_acc 'high'")
+    metrics.write_bytes(whole.encode() + b"\xff\xfe\n")
+    assert_one_line_error(run_script("scripts/grokking.py", run, returncode=2), "line 9 is not a metrics record")
+    metrics.write_text(whole)
+    (run / "config.yaml").write_text("- a list\n")
+    assert_one_line_error(run_script("scripts/grokking.py", run, returncode=2), "config.yaml")

@@ -76,10 +76,10 @@ def write_text(path: Path, content: str) -> None:
         file.write(content.encode("utf-8"))
 
 
-def write_png(path: Path, figure: Figure) -> None:
+def write_png(path: Path, figure: Figure, dpi: int = 120) -> None:
     """`figure` as PNG at `path` (matplotlib cannot read a format from a file object)."""
     with writing(path) as file:
-        figure.savefig(file, dpi=120, format="png")
+        figure.savefig(file, dpi=dpi, format="png")
 
 
 def fresh_path(path: Path) -> Path:
