@@ -3,13 +3,18 @@ kill or a full disk in the middle of an append leaves -- and a bad line inside i
 refused in one line, never rewritten."""
 
 import logging
+import os
+import subprocess
+import sys
 
 import optuna
 import pytest
-from conftest import assert_user_error, invoke
+from conftest import SUBPROCESS_ENV, assert_user_error, invoke
+from test_sweep import write_sweep
 
 from tinytf.errors import UserError
 from tinytf.sweep.journal import TORN
+from tinytf.sweep.spec import Job, load_sweep
 from tinytf.sweep.study import STUDY_FILE, storage_for
 
 
@@ -71,3 +76,26 @@ def test_a_bad_line_inside_the_journal_is_one_error_naming_it_and_the_file_is_ke
         storage_for(folder, None)
     assert_user_error(invoke("sweep", "show", folder), f"{journal}: line 2 {BAD_LINES[bad][1]}")
     assert journal.read_bytes() == damaged and not list(folder.glob(f"*{TORN}*"))
+
+
+def test_a_worker_meeting_a_damaged_journal_says_so_in_one_line(tmp_path):
+    sweep, base, _ = load_sweep(write_sweep(tmp_path))
+    folder = tmp_path / "sweeps" / "grid"
+    add_trials(folder, 1, name="grid")
+    journal = folder / STUDY_FILE
+    journal.write_bytes(b"hello\n" + journal.read_bytes())  # damaged since the sweep began
+    job = Job(sweep, base, "grid", folder, None, 1)
+    worker = subprocess.run(
+        [sys.executable, "-m", "tinytf.sweep.worker", str(os.getpid())],
+        input=job.to_json(),
+        capture_output=True,
+        text=True,
+        env=SUBPROCESS_ENV,
+        timeout=120,
+    )
+    assert worker.returncode == 2 and "Traceback" not in worker.stderr
+    assert (
+        worker.stderr == f"error: {journal}: line 1 is not a JSON record; tinytf leaves the journal as it is: "
+        "keep a copy, then delete that line and the ones after it to go on from the records before it, or start "
+        "the sweep again with another --name\n"
+    )

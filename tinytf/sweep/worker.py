@@ -32,6 +32,7 @@ from tinytf.sweep.study import (
     queue_seeds,
     repeats_a_setting,
     sampler_for,
+    storage_errors,
     storage_for,
 )
 from tinytf.training.loggers import NullLogger
@@ -167,9 +168,9 @@ def main(argv: list[str]) -> int:
         torch.set_num_threads(job.threads)
         optuna.logging.set_verbosity(optuna.logging.ERROR)  # it would log a caught exception with its traceback
         sampler, pruner = sampler_for(job.sweep), pruner_for(job.sweep)
-        study = optuna.load_study(
-            study_name=job.name, storage=storage_for(job.folder, job.storage), sampler=sampler, pruner=pruner
-        )
+        storage = storage_for(job.folder, job.storage)
+        with storage_errors(storage):
+            study = optuna.load_study(study_name=job.name, storage=storage, sampler=sampler, pruner=pruner)
         cut = []
 
         def run(trial: optuna.Trial) -> float:
@@ -188,6 +189,9 @@ def main(argv: list[str]) -> int:
     except OSError as err:  # the study's journal on a full disk
         print(f"cannot write {err.filename or 'the study'}: {err.strerror or err}", flush=True)
         return EXIT_WRITE_FAILED
+    except UserError as err:  # the storage: gone, or its journal damaged since the sweep began
+        print(f"error: {err}", file=sys.stderr, flush=True)
+        return 2
     return EXIT_INTERRUPTED if cut else 0
 
 
