@@ -12,9 +12,12 @@ ONE_PAIR = ["--clean", "the cat", "--corrupt", "the cats", "--answer", "sleeps",
 
 @pytest.fixture(scope="module")
 def sentences_run(tmp_path_factory):
-    """A 2-layer language model of the sentences, briefly trained."""
+    """A 2-layer language model of the sentences, trained for a few seconds."""
     folder = tmp_path_factory.mktemp("patch")
-    data = {**tiny_data(model={"n_layers": 2, "max_len": 16}, train={"steps": 20, "eval_every": 20}), "task": SENTENCES}
+    # Long enough to learn agreement (every clean prompt's answer right): LDs to patch, not noise.
+    model = {"n_layers": 2, "max_len": 16, "dropout": 0.0}
+    train = {"steps": 400, "eval_every": 400, "batch_size": 32, "lr": 1e-2}
+    data = {**tiny_data(model=model, train=train), "task": SENTENCES}
     assert invoke("train", write_config(folder, data), "--runs-dir", folder / "runs").exit_code == 0
     (run_dir,) = (folder / "runs").iterdir()
     return run_dir
@@ -32,7 +35,7 @@ def test_drawn_pairs_give_every_heads_share_of_the_answer_as_json(sentences_run)
     # Every pair with its own values: patched alone, it gives them again
     assert len(report["per_pair"]) == 20
     assert report["ld_clean"] == pytest.approx(sum(p["ld_clean"] for p in report["per_pair"]) / 20, abs=1e-5)
-    pair = report["per_pair"][7]
+    pair = next(pair for pair in report["per_pair"] if None not in pair["restored"])
     assert len(pair["restored"]) == len(pair["ld_patched"]) == len(report["results"])
     one = ["--clean", pair["clean"], "--corrupt", pair["corrupt"], "--answer", pair["answer"], "--wrong", pair["wrong"]]
     alone = json.loads(invoke("patch", "--run", sentences_run, *one, "--format", "json").stdout)

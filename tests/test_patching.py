@@ -2,6 +2,8 @@
 nothing, patching the one differing input restores all), a head's patch is the same
 replacement written by hand with run_with_hooks, and bad pairs are one-line errors."""
 
+import copy
+
 import pytest
 import torch
 
@@ -9,7 +11,7 @@ from tinytf.config import config_from_dict
 from tinytf.data.batch import single_pair
 from tinytf.data.framing import get_framing
 from tinytf.errors import UserError
-from tinytf.inspect.patching import attribute, logit_difference, patch, prompts_of
+from tinytf.inspect.patching import MIN_LD_GAP, attribute, logit_difference, patch, prompts_of
 from tinytf.run.setup import build_model
 from tinytf.tasks import get_task
 from tinytf.tasks.sentences import MinimalPair, minimal_pairs
@@ -78,7 +80,7 @@ def test_each_pairs_own_values_are_those_of_patching_it_alone(model_and_vocab):
     # Pairs of two lengths, patched together: each pair's prompts, LDs and shares restored
     # are those of the same pair patched by itself; the report's LDs are their means.
     model, framing = model_and_vocab
-    pairs = minimal_pairs("subject", 3, seed=1) + minimal_pairs("semantic", 2, seed=1)
+    pairs = minimal_pairs("subject", 3, seed=5) + minimal_pairs("semantic", 2, seed=5)  # LDs MIN_LD_GAP apart
     report = patch(model, prompts_of(framing, pairs, 64), by="head")
     texts = lambda pairs: sorted((p.clean, p.corrupt, p.answer, p.wrong) for p in pairs)  # noqa: E731
     assert texts(report.per_pair) == texts(pairs)
@@ -90,6 +92,29 @@ def test_each_pairs_own_values_are_those_of_patching_it_alone(model_and_vocab):
         assert own.restored == pytest.approx([r.restored for r in alone.results], abs=1e-4)
         by_hand = [(ld - own.ld_corrupt) / (own.ld_clean - own.ld_corrupt) for ld in own.ld_patched]
         assert own.restored == pytest.approx(by_hand)
+
+
+@pytest.mark.parametrize("times", [0.5, 2.0])
+def test_a_gap_too_small_to_normalise_by_is_refused_naming_the_threshold(model_and_vocab, times):
+    # Scaling the final LayerNorm's gain and bias scales every logit, so every LD, by the same
+    # factor: the same prompts, with clean and corrupted LDs `times` MIN_LD_GAP apart.
+    model, framing = model_and_vocab
+    groups = prompts_of(framing, minimal_pairs("subject", 4, seed=1), 64)
+    gap = abs(patch(model, groups).ld_clean - patch(model, groups).ld_corrupt)
+    scaled = copy.deepcopy(model)
+    with torch.no_grad():
+        for value in (scaled.decoder.final_norm.weight, scaled.decoder.final_norm.bias):
+            value.mul_(times * MIN_LD_GAP / gap)
+    if times < 1:
+        with pytest.raises(UserError, match=rf"are 0.005 apart, under {MIN_LD_GAP}: too close to normalise by"):
+            patch(scaled, groups)
+    else:
+        report = patch(scaled, groups)
+        assert abs(report.ld_clean - report.ld_corrupt) == pytest.approx(2 * MIN_LD_GAP, rel=1e-4)
+        # A pair too close to normalise by has no shares of its own; the others have theirs
+        close = [abs(pair.ld_clean - pair.ld_corrupt) < MIN_LD_GAP for pair in report.per_pair]
+        assert 0 < sum(close) < len(close)
+        assert all((None in pair.restored) == is_close for pair, is_close in zip(report.per_pair, close, strict=True))
 
 
 @pytest.mark.parametrize(

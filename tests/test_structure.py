@@ -221,7 +221,7 @@ def test_the_lazy_torch_is_the_real_torch_once_used():
 # The layers, bottom up, by package (or foundation module). A module imports only from its
 # own layer or the ones below; the public import paths (tinytf/attend.py...) sit on top.
 LAYERS = [
-    ("errors", "lazy", "files", "device", "tensors", "config"),  # no torch at load time; the config schema
+    ("errors", "lazy", "arguments", "files", "device", "tensors", "config"),  # no torch at load time; the config schema
     ("tasks", "model"),  # the examples; the Transformer
     ("data",),  # examples framed into batches for an architecture; held-out set, training stream
     ("run",),  # one run: its setup, its folder, its checkpoints

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from tinytf import arguments
 from tinytf.errors import UserError
 from tinytf.lazy import torch
 from tinytf.tasks.base import Pairs
@@ -66,7 +67,9 @@ def prepend(t: torch.Tensor, value: int | bool) -> torch.Tensor:
 
 
 def encode_typed(vocab: Vocabulary, text: str, what: str = "input") -> list[int]:
-    """Typed text -> ids; empty input and unknown tokens are `UserError`s."""
+    """Typed text -> ids; empty input and unknown tokens are `UserError`s (and text that
+    is not a string a TypeError naming `what`: "input" is the argument `text`)."""
+    arguments.instance(text, "text" if what == "input" else what, str, "typed text (a string)")
     ids = vocab.encode(text)
     if not ids:
         raise UserError(f"the {what} is empty")

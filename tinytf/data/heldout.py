@@ -9,7 +9,8 @@ import math
 
 import torch
 
-from tinytf.config import MAX_EXAMPLE_TOKENS
+from tinytf import arguments
+from tinytf.config import MAX_EXAMPLE_TOKENS, MAX_SEED
 from tinytf.errors import UserError
 from tinytf.tasks.base import Pairs, Task
 
@@ -27,6 +28,9 @@ class TaskData:
     """
 
     def __init__(self, task: Task, seed: int, eval_size: int | None = None) -> None:
+        arguments.instance(task, "task", Task, "a Task (tinytf.tasks.get_task(config.task))")
+        seed = arguments.whole_number(seed, "seed", high=MAX_SEED)
+        eval_size = arguments.optional_whole_number(eval_size, "eval_size", low=1)
         self.task = task
         self.generator = torch.Generator().manual_seed(seed)
         split_generator = torch.Generator().manual_seed(_held_out_seed(seed))
@@ -72,6 +76,7 @@ class TaskData:
     def train_pairs(self, n: int) -> Pairs:
         """n training examples, none of them in the held-out set. From a fixed training set:
         n distinct ones, at random, or the whole set when n is its size."""
+        n = arguments.whole_number(n, "n", low=1)
         if self.train_set is not None:
             if n >= len(self.train_set):
                 return self.train_set

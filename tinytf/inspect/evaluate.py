@@ -27,6 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from tinytf import arguments
 from tinytf.data.batch import IGNORE, Progress
 from tinytf.data.framing import Framing
 from tinytf.device import eval_mode, model_device
@@ -114,6 +115,7 @@ def predict(
     Every input is checked before any is answered; an error names it by its label
     (default "input N" when there are several; `predict --file` passes "FILE: line N").
     `progress(n)` is called as each batch of n inputs is answered."""
+    texts = arguments.sequence_of(texts, "texts", str, "strings", empty=True)
     if labels is None:
         labels = [f"input {number}" for number in range(1, len(texts) + 1)] if len(texts) > 1 else [""] * len(texts)
     sources = []

@@ -16,6 +16,8 @@ from collections.abc import Sequence
 
 import torch
 
+from tinytf import arguments
+
 TOP_FREQUENCIES = 5  # frequencies logged as scalars, and the share of the squared norm they hold
 
 
@@ -40,7 +42,7 @@ def frequency_of_rows(p: int) -> torch.Tensor:
 def frequency_norms(embedding: torch.Tensor) -> torch.Tensor:
     """(p, D) the embeddings of 0, 1, ..., p - 1 -> (K,) the norm of their projection onto
     each frequency k (cos and sin together). The squares sum to the embedding's own (Parseval)."""
-    p = embedding.size(0)
+    p = arguments.real_tensor(embedding, "embedding", 2).size(0)
     coefficients = fourier_basis(p) @ embedding.detach().double().cpu()  # (p, D): one row per basis function
     energy = coefficients.pow(2).sum(1)  # (p,)
     per_frequency = torch.zeros(p // 2 + 1, dtype=torch.float64).index_add_(0, frequency_of_rows(p), energy)
@@ -49,5 +51,9 @@ def frequency_norms(embedding: torch.Tensor) -> torch.Tensor:
 
 def top_share(norms: torch.Tensor | Sequence[float], k: int = TOP_FREQUENCIES) -> float:
     """The fraction of the embedding's squared norm that its k strongest frequencies hold."""
-    energy = torch.as_tensor(norms, dtype=torch.float64).pow(2)
+    k = arguments.whole_number(k, "k", low=1)
+    if not isinstance(norms, torch.Tensor):
+        arguments.sequence_of(norms, "norms", float | int, "numbers")
+        norms = torch.tensor(norms, dtype=torch.float64)
+    energy = arguments.real_tensor(norms, "norms", 1).double().pow(2)
     return float(energy.topk(min(k, len(energy))).values.sum() / energy.sum().clamp_min(1e-30))

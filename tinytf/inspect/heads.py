@@ -51,6 +51,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
+from tinytf import arguments
 from tinytf.data.batch import Batch
 from tinytf.data.framing import Framing
 from tinytf.device import eval_mode, model_device
@@ -217,6 +218,8 @@ def head_scores(
     score heads with another head knocked out (a typed input's answer is generated without them)."""
     if (pairs is None) == (text is None):
         raise ValueError("head_scores: pass either `pairs` or `text`")
+    if pairs is not None:
+        arguments.instance(pairs, "pairs", Pairs, "examples of the task (task.sample(...), TaskData(...).held_out)")
     if ablate not in (None, "zero", "mean"):
         raise ValueError(f"ablate must be 'zero', 'mean' or None, not {ablate!r}")
     if ablate is not None and pairs is None:

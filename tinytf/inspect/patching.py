@@ -34,6 +34,7 @@ from dataclasses import asdict, dataclass, field
 
 import torch
 
+from tinytf import arguments
 from tinytf.data.base import Framing
 from tinytf.errors import UserError
 from tinytf.model import Transformer
@@ -42,6 +43,9 @@ from tinytf.tasks.base import MinimalPair
 
 BY = ("head", "head-position", "layer-position")
 LAYER_COMPONENTS = ("resid_pre", "attn_out", "mlp_out")
+# The least gap LD_clean - LD_corrupt a share restored is divided by: below it, noise of a
+# few hundredths of a logit would read as restoring many times the whole difference.
+MIN_LD_GAP = 0.01
 
 
 @dataclass(frozen=True)
@@ -68,7 +72,7 @@ class Patched:
 class PairPatched:
     """One pair's own values: its prompts, its LDs, and for each component (in the order of
     `PatchReport.results`) the LD with it patched and the share restored, None where the
-    pair's clean and corrupted LDs agree (nothing to restore)."""
+    pair's clean and corrupted LDs are under MIN_LD_GAP apart (too close to normalise by)."""
 
     clean: str
     corrupt: str
@@ -98,6 +102,9 @@ def prompts_of(framing: Framing, pairs: Sequence[MinimalPair], max_len: int) -> 
     text (`prompt_ids`), one group per prompt length. A `UserError` for a framing that is
     not a decoder's, or a pair whose prompts differ in length, hold words the vocabulary
     lacks or outrun `max_len`, or whose answer or wrong answer is not one token."""
+    arguments.instance(framing, "framing", Framing, "a run's framing (run.framing)")
+    pairs = arguments.sequence_of(pairs, "pairs", MinimalPair, "MinimalPair (task.held_out_pairs(...))")
+    max_len = arguments.whole_number(max_len, "max_len", low=1)
     check_next_token(framing)
     groups: dict[int, list[tuple[list[int], list[int], int, int, MinimalPair]]] = {}
     for pair in pairs:
@@ -144,12 +151,16 @@ def check_next_token(framing: Framing) -> None:
 def logit_difference(logits: torch.Tensor, answer: torch.Tensor, wrong: torch.Tensor) -> torch.Tensor:
     """(N, T, V) logits -> (N,) LD at the last position."""
     last = logits[:, -1]  # (N, V): the next word
-    return last.gather(1, answer[:, None])[:, 0] - last.gather(1, wrong[:, None])[:, 0]
+    return last.gather(1, answer.long()[:, None])[:, 0] - last.gather(1, wrong.long()[:, None])[:, 0]
 
 
 def patch(model: Transformer, groups: Sequence[Prompts], by: str = "head") -> PatchReport:
     """Patch every component of `by` (see the module docstring) from each clean prompt into
     its corrupted one, over `groups` of pairs (pairs of one length each); `model` in eval mode."""
+    arguments.instance(model, "model", Transformer, "a tinytf Transformer")
+    groups = arguments.sequence_of(groups, "groups", Prompts, "Prompts (prompts_of(...))")
+    for index, prompts in enumerate(groups):
+        _check_prompts(prompts, f"groups[{index}]", model.vocab_size)
     if by not in BY:
         raise ValueError(f"by={by!r}: one of {', '.join(BY)}")
     if by != "head" and len(groups) > 1:
@@ -163,10 +174,11 @@ def patch(model: Transformer, groups: Sequence[Prompts], by: str = "head") -> Pa
     pairs = sum(len(prompts.answer) for prompts in groups)
     ld_clean = sum(float(run.clean.sum()) for run in runs) / pairs
     ld_corrupt = sum(float(run.corrupt.sum()) for run in runs) / pairs
-    if abs(ld_clean - ld_corrupt) < 1e-6:
+    if abs(ld_clean - ld_corrupt) < MIN_LD_GAP:
         raise UserError(
-            f"the clean and corrupted prompts give the same logit difference ({ld_clean:.4g}): "
-            "nothing to restore; is the model trained, and do the prompts differ where it reads?"
+            f"the clean and corrupted prompts' logit differences ({ld_clean:.4g} and {ld_corrupt:.4g}) are "
+            f"{abs(ld_clean - ld_corrupt):.2g} apart, under {MIN_LD_GAP}: too close to normalise by; "
+            "is the model trained, and do the prompts differ where it reads?"
         )
     report = PatchReport(pairs, ld_clean, ld_corrupt, sum(float((run.clean > 0).sum()) for run in runs) / pairs)
     for key in runs[0].patched:
@@ -177,12 +189,26 @@ def patch(model: Transformer, groups: Sequence[Prompts], by: str = "head") -> Pa
     return report
 
 
+def _check_prompts(prompts: Prompts, name: str, vocab_size: int) -> None:
+    """A ValueError unless `prompts` holds N >= 1 rows of one length and N answers in the vocabulary."""
+    clean = arguments.id_tensor(prompts.clean, f"{name}.clean", 2)
+    corrupt = arguments.id_tensor(prompts.corrupt, f"{name}.corrupt", 2)
+    if corrupt.shape != clean.shape:
+        raise ValueError(f"{name}: clean {tuple(clean.shape)} and corrupt {tuple(corrupt.shape)} differ in shape")
+    for part in ("answer", "wrong"):
+        ids = arguments.id_tensor(getattr(prompts, part), f"{name}.{part}", 1)
+        if len(ids) != len(clean):
+            raise ValueError(f"{name}.{part} holds {len(ids)} ids for {len(clean)} prompts: one per prompt")
+        if ids.min() < 0 or ids.max() >= vocab_size:
+            raise ValueError(f"{name}.{part} must hold token ids from 0 to {vocab_size - 1}")
+
+
 def _per_pair(prompts: Prompts, run: _GroupRun) -> Iterator[PairPatched]:
     """Each pair of a group with its own LDs and shares restored (see `PairPatched`)."""
     for row, pair in enumerate(prompts.pairs):
         clean, corrupt = float(run.clean[row]), float(run.corrupt[row])
         patched = [float(lds[row]) for lds in run.patched.values()]
-        differ = abs(clean - corrupt) >= 1e-6
+        differ = abs(clean - corrupt) >= MIN_LD_GAP
         restored = [(ld - corrupt) / (clean - corrupt) if differ else None for ld in patched]
         yield PairPatched(pair.clean, pair.corrupt, pair.answer, pair.wrong, clean, corrupt, patched, restored)
 
@@ -270,6 +296,14 @@ def attribute(model: Transformer, tokens: torch.Tensor, answer: int, wrong: int)
     head's output (z_h W_O_h) and every MLP's, plus biases. The final LayerNorm is linear
     once its scale is fixed to the run's, so each part's contribution is
     (part - mean(part)) / scale * gamma . (W_U[answer] - W_U[wrong]), and they add up to LD."""
+    arguments.instance(model, "model", Transformer, "a tinytf Transformer")
+    tokens = arguments.id_tensor(tokens, "tokens", 2)
+    if tokens.size(0) != 1:
+        raise ValueError(f"tokens must be one prompt, shape (1, T), not {tuple(tokens.shape)}: attribute one at a time")
+    answer = arguments.token_id(answer, "answer", model.vocab_size)
+    wrong = arguments.token_id(wrong, "wrong", model.vocab_size)
+    if answer == wrong:
+        raise ValueError(f"answer and wrong are both {answer}: their logit difference is 0 whatever the model does")
     if not model.is_decoder_only:
         raise UserError("logit attribution reads decoder-only models (the next token after a prompt)")
     if model.config.norm == "post":

@@ -4,10 +4,12 @@ continue training (`open_for_resume`), each checked to belong with the run's con
 from __future__ import annotations
 
 from dataclasses import dataclass
+from os import PathLike
 from pathlib import Path
 
 import torch
 
+from tinytf import arguments
 from tinytf.config import Config
 from tinytf.data.base import Framing
 from tinytf.errors import ConfigError, UserError
@@ -36,6 +38,14 @@ class LoadedRun:
 def load_run(run_dir: str | Path | None = None, which: str = "best", device: str | torch.device = "cpu") -> LoadedRun:
     """A trained model from its run folder (None: the newest under ./runs with the `which`
     checkpoint, as the commands pick without --run), with its task, framing and saved vocabulary."""
+    if run_dir is not None:
+        arguments.instance(run_dir, "run_dir", str | PathLike, "a run folder's path, or None for the newest")
+    if which not in ("best", "last"):
+        raise ValueError(f"which must be 'best' or 'last', not {which!r}")
+    try:
+        device = torch.device(device)
+    except (RuntimeError, TypeError, ValueError) as err:
+        raise ValueError(f"device must name a torch device ('cpu', 'cuda', 'cuda:0'...), not {device!r}") from err
     folder = RunFolder(resolve_run(run_dir, which=which))
     setup = load_run_setup(folder.config, data=False)  # the saved vocabulary is all it needs
     setup = setup.with_vocab(Vocabulary.load(folder.vocab))

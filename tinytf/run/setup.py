@@ -25,6 +25,7 @@ from os import PathLike
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from tinytf import arguments
 from tinytf.config import Config, ConfigProblem, config_from_dict, dump_config, read_config, read_yaml
 from tinytf.data.framing import FRAMINGS, Framing, get_framing
 from tinytf.files import write_text_atomically
@@ -49,12 +50,24 @@ def load_setup(path: str | Path, overrides: Iterable[str] = ()) -> Setup:
     """`load_config`, with the task and framing its check built."""
     if not isinstance(path, str | Path):
         raise TypeError(f"load_config: path must be a YAML file's path (str or Path), not {type(path).__name__}")
-    items = list(overrides) if isinstance(overrides, Iterable) and not isinstance(overrides, str | bytes) else None
-    if items is None or not all(isinstance(item, str) for item in items):
-        raise TypeError(f"load_config: overrides must be a list of 'KEY=VALUE' strings, not {overrides!r}")
+    items = _override_list(overrides)
     made: list[Setup] = []
     read_config(path, items, check=lambda config: made.append(Setup.of(config)))
     return made[0]
+
+
+def _override_list(overrides: object) -> list[str]:
+    """`overrides` as a list of strings: any iterable of them but a string itself."""
+    refused = TypeError(f"load_config: overrides must be a list of 'KEY=VALUE' strings, not {overrides!r}"[:200])
+    if isinstance(overrides, str | bytes) or not isinstance(overrides, Iterable):
+        raise refused
+    try:
+        items = list(overrides)
+    except TypeError:  # iterable in type only (a tensor of no dimensions)
+        raise refused from None
+    if not all(isinstance(item, str) for item in items):
+        raise refused
+    return items
 
 
 def load_run_setup(path: str | Path, overrides: Iterable[str] = (), *, data: bool = True) -> Setup:
@@ -290,6 +303,7 @@ def build_model(config: Config | Mapping[str, Any], vocab_size: int | None = Non
         )
     if not isinstance(config, Config):
         config = config_from_dict(config)
+    vocab_size = arguments.optional_whole_number(vocab_size, "vocab_size", low=1)
     setup = Setup.of(config, data=False)  # a model needs no data: a text task's file may be gone
     if vocab_size is None:
         return setup.build_model()

@@ -61,7 +61,7 @@ class Add(Task):
         high = 10**size  # exclusive
         return low + (torch.rand(n, generator=generator, dtype=torch.float64) * (high - low)).long()
 
-    def sample(self, n: int, generator: torch.Generator) -> Pairs:
+    def draw(self, n: int, generator: torch.Generator) -> Pairs:
         digits = self.config.digits
         a, b = self.random_numbers(n, generator), self.random_numbers(n, generator)
         a_digits, a_len = digits_msd_first(a, digits)

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import ClassVar, Literal, get_args
 
-from tinytf.config import DEFAULT_EVAL_SIZE, Arch, ConfigProblem, TaskConfig
+from tinytf import arguments
+from tinytf.config import DEFAULT_EVAL_SIZE, MAX_SEED, Arch, ConfigProblem, TaskConfig
 from tinytf.errors import NotApplicableError
 from tinytf.lazy import torch
 from tinytf.tasks.vocab import PAD_ID, SPECIALS, Vocabulary
@@ -77,7 +78,7 @@ class Pairs:
 
 class Task:
     """Base class of every task. A subclass sets the class attributes below and
-    implements `sample`; registering it in `tinytf/tasks/__init__.py` makes it
+    implements `draw` (what `sample` returns); registering it in `tinytf/tasks/__init__.py` makes it
     available as `task.name` in configs (and tested by the registry's tests). A task
     may also say, in `alignments`, which source tokens a correct algorithm reads for
     each answer token: patterns that `tinytf heads` scores attention heads against."""
@@ -156,7 +157,13 @@ class Task:
 
     def sample(self, n: int, generator: torch.Generator) -> Pairs:
         """Draw n random examples; the same generator state gives the same examples."""
-        raise NotImplementedError(f"{type(self).__name__} does not define sample; every task must")
+        n = arguments.whole_number(n, "n")
+        arguments.instance(generator, "generator", torch.Generator, "a torch.Generator")
+        return self.draw(n, generator)
+
+    def draw(self, n: int, generator: torch.Generator) -> Pairs:
+        """`sample` once its arguments are checked: each task's own way to draw n examples."""
+        raise NotImplementedError(f"{type(self).__name__} does not define draw; every task must")
 
     def alignments(self, source: list[int], target: list[int]) -> dict[str, list[tuple[int, int]]]:
         """For each pattern in alignment_patterns: (j, i) pairs, "to write answer token j, a
@@ -176,10 +183,22 @@ class Task:
         """`n` minimal pairs of `construction` (one of `constructions`) that training never
         saw, drawn with `seed`; `held_out`, the run's held-out examples, for a task that
         draws them from there (see `TaskData`)."""
-        raise NotApplicableError(
-            f"task {self.name!r} draws no minimal pairs (it has no constructions); "
-            "tinytf.tasks.CONSTRUCTIONS names the tasks that do"
-        )
+        if not self.constructions:
+            raise NotApplicableError(
+                f"task {self.name!r} draws no minimal pairs (it has no constructions); "
+                "tinytf.tasks.CONSTRUCTIONS names the tasks that do"
+            )
+        if construction not in self.constructions:
+            raise ValueError(f"construction {construction!r}: one of {', '.join(self.constructions)}")
+        n = arguments.whole_number(n, "n", low=1)
+        seed = arguments.whole_number(seed, "seed", high=MAX_SEED)
+        if held_out is not None:
+            arguments.instance(held_out, "held_out", Pairs, "the run's held-out examples (TaskData(...).held_out)")
+        return self.draw_pairs(construction, n, seed, held_out)
+
+    def draw_pairs(self, construction: str, n: int, seed: int, held_out: Pairs | None) -> list[MinimalPair]:
+        """`held_out_pairs` once its arguments are checked: each task with constructions draws its own."""
+        raise NotImplementedError(f"{type(self).__name__} has constructions but does not define draw_pairs")
 
     @property
     def max_source_len(self) -> int:
@@ -259,7 +278,7 @@ class TableTask(Task):
         table = self.table()
         return table[train.sort().values], table[held_out]  # held out in random order: any first N are a fair sample
 
-    def sample(self, n: int, generator: torch.Generator) -> Pairs:
+    def draw(self, n: int, generator: torch.Generator) -> Pairs:
         """n examples drawn from the whole table (training draws from its own part only)."""
         return self.table()[torch.randint(self.table_size(), (n,), generator=generator)]
 
@@ -331,7 +350,7 @@ class SymbolTask(Task):
     def space_size(self) -> int:
         return sum(self.config.vocab_size**length for length in range(self.config.min_len, self.config.max_len + 1))
 
-    def sample(self, n: int, generator: torch.Generator) -> Pairs:
+    def draw(self, n: int, generator: torch.Generator) -> Pairs:
         lengths = torch.randint(self.config.min_len, self.config.max_len + 1, (n,), generator=generator)
         symbols = torch.randint(0, self.config.vocab_size, (n, self.config.max_len), generator=generator)
         valid = positions_below(lengths, self.config.max_len)  # (N, S)

@@ -42,7 +42,7 @@ class Dyck1(SymbolTask):
         n_symbols = 2 * self.n_pairs + 1
         return sum(n_symbols**length for length in range(self.config.min_len, self.config.max_len + 1))
 
-    def sample(self, n: int, generator: torch.Generator) -> Pairs:
+    def draw(self, n: int, generator: torch.Generator) -> Pairs:
         # Symbol codes: 0..P-1 open bracket type k, P..2P-1 close type k-P, 2P neutral.
         pairs, width = self.n_pairs, self.config.max_len
         lengths = torch.randint(self.config.min_len, width + 1, (n,), generator=generator)

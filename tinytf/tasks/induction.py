@@ -75,7 +75,7 @@ class Induction(LanguageModelTask):
     def space_size(self) -> int:
         return sum(self.config.vocab_size**length for length in range(self.config.min_len, self.config.max_len + 1))
 
-    def sample(self, n: int, generator: torch.Generator) -> Pairs:
+    def draw(self, n: int, generator: torch.Generator) -> Pairs:
         longest = self.config.max_len
         lengths = torch.randint(self.config.min_len, longest + 1, (n,), generator=generator)  # (N,)
         symbols = torch.randint(0, self.config.vocab_size, (n, longest), generator=generator)  # (N, max_len)

@@ -53,14 +53,10 @@ class ModularAdd(TableTask):
         target = ((a + b) % p + first).unsqueeze(1)  # (p², 1)
         return Pairs(source, torch.full((p * p,), 2), target, torch.ones(p * p, dtype=torch.long))
 
-    def held_out_pairs(
-        self, construction: str, n: int, seed: int = 0, held_out: Pairs | None = None
-    ) -> list[MinimalPair]:
+    def draw_pairs(self, construction: str, n: int, seed: int, held_out: Pairs | None) -> list[MinimalPair]:
         """`n` minimal pairs from `held_out`, the run's held-out examples, in their order: "a b"
         and the same with another `construction` number, drawn with `seed` from those held
         out too; the answers are their sums."""
-        if construction not in self.constructions:
-            raise ValueError(f"construction {construction!r}: one of {', '.join(self.constructions)}")
         if held_out is None:
             raise ValueError("modular-add draws its pairs from held_out, the run's held-out examples")
         p, changed = self.config.modulus, self.constructions.index(construction)

@@ -342,9 +342,7 @@ class Sentences(LanguageModelTask):
         sentences = (self.vocab.decode(ids[1 : length - 1]) for ids, length in rows)  # without <bos>, <eos>
         return frozenset(tuple(words[:k]) for words in sentences for k in range(1, len(words) + 1))
 
-    def held_out_pairs(
-        self, construction: str, n: int, seed: int = 0, held_out: Pairs | None = None
-    ) -> list[MinimalPair]:
+    def draw_pairs(self, construction: str, n: int, seed: int, held_out: Pairs | None) -> list[MinimalPair]:
         """`minimal_pairs` that begin no training sentence, clean or corrupted, with their
         answers (drawn from the grammar: `held_out` is not needed)."""
         return minimal_pairs(construction, n, seed, seen=self.seen)
@@ -362,5 +360,5 @@ class Sentences(LanguageModelTask):
                 found["semantic"] += related_words(clause)
         return found
 
-    def sample(self, n: int, generator: torch.Generator) -> Pairs:
+    def draw(self, n: int, generator: torch.Generator) -> Pairs:
         return self.pool[torch.randint(0, len(self.pool), (n,), generator=generator)]

@@ -95,7 +95,7 @@ class Text(LanguageModelTask):
     def split_point(self) -> int:
         return int(len(self.stream) * (1 - HELD_OUT_FRACTION))
 
-    def sample(self, n: int, generator: torch.Generator) -> Pairs:
+    def draw(self, n: int, generator: torch.Generator) -> Pairs:
         return self.windows(self.stream[: self.split_point], n, generator)
 
     def held_out(self, n: int, generator: torch.Generator) -> Pairs:

@@ -19,7 +19,7 @@ import json
 import math
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol, TextIO
+from typing import TYPE_CHECKING, Any, Protocol, TextIO, runtime_checkable
 
 from tinytf.files import append_text, naming_errors
 from tinytf.run.folder import RunFolder
@@ -39,6 +39,7 @@ TRAIN_SET_BESIDE_HELD_OUT = {
 }
 
 
+@runtime_checkable
 class Logger(Protocol):
     def resumed(self, step: int, redone_to: int | None) -> None:
         """Before `start`, for a resumed run: it continues from its checkpoint of `step`;

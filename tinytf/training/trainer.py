@@ -34,11 +34,13 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from os import PathLike
 from pathlib import Path
 
 import torch
 from torch import nn
 
+from tinytf import arguments
 from tinytf.config import Config, LogConfig, TrainConfig
 from tinytf.data.framing import Framing
 from tinytf.data.heldout import TaskData
@@ -92,6 +94,7 @@ def train(
     Under torchrun every process of the job trains; rank 0 alone reads and writes the
     run folder and reports to `loggers`.
     """
+    _check_train_arguments(config, runs_dir, name, resume, loggers)
     setup = config if isinstance(config, Setup) else Setup.of(config)
     check_memory(setup)  # refuse, before anything is allocated, a config this machine cannot hold
     resume = Path(resume) if resume is not None else None
@@ -119,6 +122,19 @@ def train(
         except OSError as err:  # a full disk, most likely: every file written so far is whole
             where = err.filename or trainer.run_dir
             raise WriteFailed(f"{where}: {err.strerror or err}; {trainer.what_is_saved()}") from None
+
+
+def _check_train_arguments(config: object, runs_dir: object, name: object, resume: object, loggers: object) -> None:
+    """`train`'s arguments, each a TypeError naming it when it has the wrong type."""
+    arguments.not_a_path(config, "config", "a Config: call tinytf.load_config(path) first")
+    arguments.instance(config, "config", Config | Setup, "a Config (tinytf.load_config) or a Setup")
+    arguments.instance(runs_dir, "runs_dir", str | PathLike, "a folder's path")
+    arguments.instance(name, "name", str, "a run name (a string)")
+    if resume is not None:
+        arguments.instance(resume, "resume", str | PathLike, "a run folder's path, or None")
+    arguments.sequence_of(
+        loggers, "loggers", Logger, "loggers (objects with the Logger protocol's methods)", empty=True
+    )
 
 
 def _assemble(setup: Setup, loggers: Sequence[Logger], job: Job) -> Trainer:
