@@ -8,12 +8,14 @@ import signal
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import optuna
 import pytest
 import yaml
 from conftest import ROOT, SUBPROCESS_ENV, assert_user_error, invoke, tiny_data, write_config
+from needs import unavailable
 
 from tinytf.errors import ConfigError, UserError
 from tinytf.sweep.study import STUDY_FILE
@@ -162,6 +164,14 @@ def wait_for_a_run(folder, seconds=60):
         time.sleep(0.05)
 
 
+def wait_for_the_end_of(worker):
+    """Wait until the worker process `worker` has followed its killed sweep."""
+    deadline = time.monotonic() + 10
+    while subprocess.run(["kill", "-0", str(worker)], capture_output=True).returncode == 0:
+        assert time.monotonic() < deadline, "the worker outlived its sweep"
+        time.sleep(0.1)
+
+
 def long_base():
     """Runs long enough to be cut after their first checkpoint (step 20), short enough to
     train again: the base config cannot change between the runs of a sweep."""
@@ -176,10 +186,7 @@ def test_a_killed_sweep_fails_its_cut_trial_and_retries_it_once(tmp_path):
     process.communicate()
     folder = tmp_path / "sweeps" / "grid"
     (cut,) = [trial for trial in trials(folder) if trial.state == optuna.trial.TrialState.RUNNING]
-    deadline = time.monotonic() + 10  # the worker follows its parent
-    while subprocess.run(["kill", "-0", str(cut.user_attrs["worker"]["pid"])], capture_output=True).returncode == 0:
-        assert time.monotonic() < deadline, "the worker outlived its sweep"
-        time.sleep(0.1)
+    wait_for_the_end_of(cut.user_attrs["worker"]["pid"])
 
     output = run_sweep(path)
     assert f"trying again the trials cut short: {cut.number}" in output
@@ -294,6 +301,14 @@ def test_a_bad_sweep_file_is_one_line_naming_the_file(tmp_path, keys, message):
     result = invoke("sweep", path, "--runs-dir", tmp_path / "sweeps")
     assert_user_error(result, message)
     assert str(path) in result.stderr and not (tmp_path / "sweeps").exists()
+
+
+def test_a_misspelt_key_is_named_before_the_key_it_leaves_missing(tmp_path):
+    write_config(tmp_path, tiny_data(), "base.yaml")
+    path = tmp_path / "grid.yaml"
+    path.write_text("base: base.yaml\nparams: {}\nseedz: [0, 1]\n")  # no objective either
+    result = invoke("sweep", path, "--runs-dir", tmp_path / "sweeps")
+    assert_user_error(result, "line 3: seedz: unknown key (did you mean 'seeds'? allowed: base, params, seeds")
 
 
 def test_yaml_the_sweep_file_may_not_hold_is_one_line(tmp_path):
@@ -668,3 +683,89 @@ def test_two_sweeps_starting_at_once_on_a_new_sqlite_study_both_open_it(tmp_path
         for process in both:
             _, stderr = process.communicate(timeout=60)
             assert process.returncode == 0, stderr
+
+
+# --------------------------------------------------------------------------- a real PostgreSQL server
+
+
+@pytest.fixture
+def postgres():
+    """The URL of a PostgreSQL database the tests may add studies to (each test names its own)."""
+    url = os.environ.get("TINYTF_TEST_POSTGRES")
+    if not url:
+        unavailable(
+            "no PostgreSQL server for the sweep storage tests (TINYTF_TEST_POSTGRES is unset)",
+            "export TINYTF_TEST_POSTGRES=$(.ci/postgres)",
+        )
+    return url
+
+
+def postgres_trials(url, name):
+    return optuna.load_study(study_name=name, storage=url).get_trials()
+
+
+def test_two_sweeps_started_at_once_on_one_new_postgresql_study_split_its_settings(tmp_path, postgres):
+    name = f"pair-{uuid.uuid4().hex[:8]}"
+    lrs = [0.001, 0.002, 0.003, 0.005]
+    path = write_sweep(tmp_path, params={"train.lr": {"choice": lrs}}, seeds=[0])
+    first, second = (sweep_process(path, "--name", name, "--storage", postgres) for _ in range(2))
+    for process in (first, second):
+        output, _ = process.communicate(timeout=300)
+        assert process.returncode == 0, output
+    trained = [t for t in postgres_trials(postgres, name) if "surplus" not in t.user_attrs]
+    assert sorted(t.params["train.lr"] for t in trained) == lrs
+    assert len(run_folders(tmp_path / "sweeps" / name)) == 4
+
+
+def test_a_sweep_killed_in_its_last_setting_is_finished_by_the_rerun_on_postgresql(tmp_path, postgres):
+    name = f"killed-{uuid.uuid4().hex[:8]}"
+    path = write_sweep(tmp_path, base_config=long_base(), seeds=[0], params={})  # one setting: the last
+    process = sweep_process(path, "--name", name, "--storage", postgres)
+    wait_for_a_run(tmp_path / "sweeps" / name)
+    process.kill()
+    process.communicate()
+    (cut,) = postgres_trials(postgres, name)
+    assert cut.state == optuna.trial.TrialState.RUNNING
+    wait_for_the_end_of(cut.user_attrs["worker"]["pid"])
+
+    output = run_sweep(path, "--name", name, "--storage", postgres)
+    assert f"trying again the trials cut short: {cut.number}" in output
+    (retry,) = [t for t in postgres_trials(postgres, name) if t.user_attrs.get("retry_of") == cut.number]
+    assert retry.state == optuna.trial.TrialState.COMPLETE
+    shown = invoke("sweep", "show", name, "--storage", postgres, "--format", "json")
+    assert [row["state"] for row in json.loads(shown.stdout)["settings"]] == ["done"]
+
+
+def test_a_worker_with_nothing_to_take_waits_for_the_seeds_another_is_queueing(tmp_path):
+    """Worker A has taken the last setting's first run and not yet queued its other seeds: a
+    worker B that looks now finds no work, and must wait for them, not exit (leaving A to
+    train every seed one after another)."""
+    from tinytf.sweep.spec import Job, load_sweep
+    from tinytf.sweep.study import HOST, has_work, open_study, queue_seeds, seeds_pending, storage_for
+
+    path = write_sweep(tmp_path, params={}, seeds=[0, 1])  # one setting, two seeds
+    sweep, base, _ = load_sweep(path)
+    folder = tmp_path / "sweeps" / "grid"
+    study = open_study(sweep, "grid", storage_for(folder, None))
+    first = study.ask()  # A's first run, its other seed not queued yet
+    first.set_user_attr("seed", 0)
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    first.set_user_attr("worker", {"host": HOST, "pid": gone.pid})  # A's process gone: nothing to wait for
+    assert not has_work(study, sweep.budget) and not seeds_pending(study, sweep.seeds)
+    first.set_user_attr("worker", {"host": HOST, "pid": os.getpid()})  # A alive (this process)
+    assert not has_work(study, sweep.budget) and seeds_pending(study, sweep.seeds)
+
+    job = tmp_path / "job.json"
+    job.write_text(Job(sweep, base, "grid", folder, None, 1).to_json())
+    with job.open() as job_on_stdin:
+        command = [sys.executable, "-m", "tinytf.sweep.worker", str(os.getpid())]
+        worker = subprocess.Popen(command, env=SUBPROCESS_ENV, stdin=job_on_stdin, stdout=subprocess.PIPE, text=True)
+    with pytest.raises(subprocess.TimeoutExpired):  # B waits...
+        worker.wait(timeout=3)
+    queue_seeds(study, first.number, first.params, [1])  # ...until A queues the other seed
+    first.set_user_attr("seeds_queued", True)
+    output, _ = worker.communicate(timeout=120)
+    assert worker.returncode == 0, output
+    (second,) = [t for t in trials(folder) if t.user_attrs.get("seed") == 1]
+    assert second.state == optuna.trial.TrialState.COMPLETE and second.user_attrs["worker"]["pid"] == worker.pid

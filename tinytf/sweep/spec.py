@@ -41,7 +41,7 @@ from pydantic import (
 
 from tinytf.config import MAX_CONFIG_BYTES, MAX_SEED, Config, config_variants
 from tinytf.config.plain_yaml import Lines, read_yaml_file
-from tinytf.errors import ConfigError
+from tinytf.errors import ConfigError, did_you_mean
 from tinytf.run.setup import check_config
 
 METRICS = ("time_to_target", "steps_to_target", "val_loss", "val_seq_acc", "val_token_acc")
@@ -172,7 +172,9 @@ def load_sweep(path: str | Path) -> tuple[Sweep, Path, Config]:
     try:
         sweep = Sweep.model_validate(data)
     except ValidationError as err:
-        raise ConfigError(_describe(err.errors()[0], path, lines)) from None
+        # An unknown key first: a misspelt one (seedz) is why a required one (seeds) seems missing
+        first = min(err.errors(), key=lambda error: error["type"] != "extra_forbidden")
+        raise ConfigError(_describe(first, path, lines)) from None
     base = next((p for p in (path.parent / sweep.base, Path(sweep.base)) if p.is_file()), path.parent / sweep.base)
     config = _check(sweep, path, base, lines)
     return sweep, base, config
@@ -239,8 +241,10 @@ def _describe(error: Any, path: Path, lines: Lines) -> str:
     loc = tuple(str(part) for part in error["loc"] if not str(part).startswith("function-after"))
     message = error["msg"].removeprefix("Value error, ")
     if error["type"] == "extra_forbidden":
-        allowed = {(): Sweep, ("objective",): Objective}.get(loc[:-1], Param).model_fields
-        message = f"unknown key (allowed: {', '.join(f.alias or name for name, f in allowed.items())})"
+        fields = {(): Sweep, ("objective",): Objective}.get(loc[:-1], Param).model_fields
+        allowed = [field.alias or name for name, field in fields.items()]
+        near = did_you_mean(loc[-1], allowed).removeprefix("; ")
+        message = f"unknown key ({near + ' ' if near else ''}allowed: {', '.join(allowed)})"
     found = max((loc[:n] for n in range(len(loc), 0, -1) if loc[:n] in lines), key=len, default=None)
     where = f"{path}: line {lines[found]}" if found else str(path)
     return f"{where}: {'.'.join(loc) or 'sweep'}: {message}"

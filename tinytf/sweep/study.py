@@ -285,6 +285,24 @@ def has_work(study: optuna.Study, budget: int) -> bool:
     return sum(map(is_fresh, trials)) < budget or any(t.state == TrialState.WAITING for t in trials)
 
 
+def seeds_pending(study: optuna.Study, seeds: tuple[int, ...]) -> bool:
+    """Whether a new setting's first run, in a process that is alive, has yet to queue its
+    other seeds (`queue_seeds`): a process that finds no work waits for them then, rather
+    than leave them all to train one after another in that one process."""
+    if len(seeds) < 2:
+        return False
+    for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
+        if not is_fresh(trial) or "surplus" in trial.user_attrs or "seeds_queued" in trial.user_attrs:
+            continue
+        worker = trial.user_attrs.get("worker")
+        if worker is not None and worker["host"] == HOST:
+            if _alive(worker["pid"]):
+                return True
+        elif time.time() - trial.datetime_start.timestamp() < ORPHAN_S:  # another host's, or not yet said
+            return True
+    return False
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)

@@ -32,6 +32,7 @@ from tinytf.sweep.study import (
     queue_seeds,
     repeats_a_setting,
     sampler_for,
+    seeds_pending,
     storage_errors,
     storage_for,
 )
@@ -39,6 +40,7 @@ from tinytf.training.loggers import NullLogger
 from tinytf.training.trainer import TrainingDiverged, WriteFailed, train
 
 PARENT_CHECK_S = 0.5  # how often a worker looks for its parent
+SEEDS_WAIT_S = 0.2  # how often a worker with nothing to take looks for the seeds another is queueing
 
 
 class Skipped(Exception):
@@ -128,6 +130,7 @@ def objective(trial: optuna.Trial, job: Job, study: optuna.Study) -> float:
         seed = job.sweep.seeds[0]
         trial.set_user_attr("seed", seed)
         queue_seeds(study, trial.number, trial.params, list(job.sweep.seeds[1:]))
+        trial.set_user_attr("seeds_queued", True)
     said = f"trial {trial.number} ({', '.join(overrides(setting, seed))})"
     try:
         if trial.user_attrs.get("setting") in pruned_settings(study):
@@ -180,8 +183,13 @@ def main(argv: list[str]) -> int:
                 cut.append(trial.number)
                 raise
 
-        while not cut and has_work(study, job.sweep.budget):
-            study.optimize(run, n_trials=1, catch=(Skipped, CutShort))
+        while not cut:
+            if has_work(study, job.sweep.budget):
+                study.optimize(run, n_trials=1, catch=(Skipped, CutShort))
+            elif seeds_pending(study, job.sweep.seeds):  # another worker is about to queue runs
+                time.sleep(SEEDS_WAIT_S)
+            else:
+                break
     except KeyboardInterrupt:  # Ctrl-C outside a run; a trial it cut short is closed as failed
         return EXIT_INTERRUPTED
     except WriteFailed:  # said with its trial
