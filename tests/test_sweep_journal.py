@@ -61,6 +61,8 @@ BAD_LINES = {
     "glued": (b'{"op_code": 0, "worker_id": "a"}{"op_code": 1}\n', "holds two records glued together"),
     "not JSON": (b"hello\n", "is not a JSON record"),
     "no op": (b'{"step": 1}\n', "is not a record of Optuna's journal"),
+    "unknown op": (b'{"op_code": 99, "worker_id": "a"}\n', "is a record Optuna cannot replay"),
+    "op without its fields": (b'{"op_code": 4, "worker_id": "a"}\n', "is a record Optuna cannot replay"),
 }
 
 
