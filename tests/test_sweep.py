@@ -564,15 +564,16 @@ def test_a_killed_run_is_trained_again_once_and_a_stopped_one_every_time(interru
     assert setting.state(1) == ("waiting" if retried_again else "failed")
 
 
-def test_a_run_killed_in_the_last_setting_of_a_grid_is_failed_and_queued_again(tmp_path):
+@pytest.mark.parametrize("database", [None, "sqlite"])
+def test_a_run_killed_in_the_last_setting_of_a_grid_is_failed_and_queued_again(tmp_path, database):
     """Failing the killed run's trial completes the grid: the grid sampler must not stop the
-    study outside a worker's optimize (a RuntimeError before)."""
+    study outside a worker's optimize (a RuntimeError before). In the sweep's journal, or a database."""
     from tinytf.sweep.spec import load_sweep
     from tinytf.sweep.study import HOST, open_study, retry_cut_short, storage_for
 
     path = write_sweep(tmp_path, name="seeds", params={}, seeds=[0])  # one setting, the base config
     folder = tmp_path / "sweeps" / "seeds"
-    storage = storage_for(folder, None)
+    storage = storage_for(folder, f"sqlite:///{tmp_path / 'sweeps.db'}" if database else None)
     study = open_study(load_sweep(path)[0], "seeds", storage)
     trial = study.ask()  # the last (and only) setting of the grid, taken by a worker...
     gone = subprocess.Popen(["true"])
