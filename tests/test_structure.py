@@ -92,6 +92,9 @@ def architecture_comparisons(source: str) -> list[int]:
     return lines
 
 
+MODEL_LAYOUT = "tinytf.interop.transformer_lens"  # the model's parts, laid out for TransformerLens
+
+
 def test_the_architecture_check_tells_a_rule_from_a_declaration():
     assert architecture_comparisons("if config.model.arch == 'decoder': pass") == [1]
     assert architecture_comparisons("x = 1\nok = arch in ('encoder', 'encoder-decoder')") == [2]
@@ -101,11 +104,12 @@ def test_the_architecture_check_tells_a_rule_from_a_declaration():
 
 def test_only_the_model_and_the_framings_look_at_the_architecture():
     # A rule that depends on model.arch belongs to a Framing class (or to the model that
-    # the architecture shapes), not to an `if arch == ...` elsewhere.
+    # the architecture shapes, and its translation into TransformerLens's layout), not to
+    # an `if arch == ...` elsewhere.
     offenders = [
         f"{path.relative_to(ROOT)}:{line}"
         for name, path in MODULES.items()
-        if not (name.startswith("tinytf.model") or name == "tinytf.data.framing")
+        if not (name.startswith("tinytf.model") or name in ("tinytf.data.framing", MODEL_LAYOUT))
         for line in architecture_comparisons(path.read_text())
     ]
     assert not offenders
@@ -136,7 +140,9 @@ def test_only_the_model_and_the_framings_decide_by_the_architecture_s_parts():
     # Outside them, a rule asks the model (`is_decoder_only`) or the framing (`next_token_prompt`).
     framings = {"tinytf.data.framing", "tinytf.data.base", "tinytf.data.language_model"}
     sources = {
-        name: path for name, path in MODULES.items() if not (name.startswith("tinytf.model") or name in framings)
+        name: path
+        for name, path in MODULES.items()
+        if not (name.startswith("tinytf.model") or name in framings or name == MODEL_LAYOUT)
     }
     sources |= {f"scripts/{path.name}": path for path in (ROOT / "scripts").glob("*.py")}
     offenders = [
@@ -225,7 +231,7 @@ LAYERS = [
     ("tasks", "model"),  # the examples; the Transformer
     ("data",),  # examples framed into batches for an architecture; held-out set, training stream
     ("run",),  # one run: its setup, its folder, its checkpoints
-    ("inspect",),  # looking inside a model, and the figures that show it
+    ("inspect", "interop"),  # looking inside a model, and the figures that show it; models that leave tinytf
     ("training",),  # training one run
     ("sweep",),  # many runs on Optuna
     ("cli",),  # the command line

@@ -23,6 +23,7 @@ from tinytf.cli.options import (
     Checkpoint,
     CheckpointOption,
     Device,
+    ExportFormat,
     OverridesOption,
     PatchBy,
     PatchFormat,
@@ -302,6 +303,33 @@ def evaluate_run(
 
     with chosen_run(run, runs_dir, checkpoint, heading=True) as loaded:
         show(evaluation(loaded, checkpoint.value, n, progress_bar))
+
+
+# --------------------------------------------------------------------------- export
+
+
+@app.command()
+@user_errors_exit_2
+def export(
+    to: Annotated[ExportFormat, typer.Option("--to", help="tinytf's weights, or TransformerLens's.")],
+    out: Annotated[Path, typer.Option("--out", help="The file to write, *.safetensors.")],
+    run: RunOption = None,
+    runs_dir: RunsDirOption = Path("runs"),
+    checkpoint: CheckpointOption = Checkpoint.best,
+) -> None:
+    """Write a trained model, its config and vocabulary to one safetensors file, for
+    TransformerLens (--to transformer-lens) or to load back (tinytf.load_exported).
+
+    Example: tinytf export --to transformer-lens --out model.safetensors
+    """
+    from tinytf.interop.files import export as export_model
+
+    if out.suffix != ".safetensors":
+        raise UserError(f"--out {out}: both formats are safetensors files; name it *.safetensors")
+    check_out(out, "safetensors", None, "model.safetensors")
+    with chosen_run(run, runs_dir, checkpoint, heading=False) as loaded:
+        export_model(loaded, to.value, out)
+    typer.echo(f"wrote {out}")
 
 
 # --------------------------------------------------------------------------- tasks / board / config

@@ -67,6 +67,11 @@ class PatchFormat(str, Enum):
     png = "png"
 
 
+class ExportFormat(str, Enum):
+    safetensors = "safetensors"
+    transformer_lens = "transformer-lens"
+
+
 class PredictFormat(str, Enum):
     text = "text"
     json = "json"
