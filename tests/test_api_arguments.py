@@ -7,6 +7,8 @@ of another type, numbers outside its range, tensors of other shapes and dtypes),
 other argument valid. Derandomized: CI tests the same examples every time.
 """
 
+import re
+
 import pytest
 import torch
 from conftest import ROOT
@@ -21,8 +23,10 @@ from tinytf.fourier import frequency_norms
 from tinytf.heads import head_scores
 from tinytf.inspect.fourier import top_share
 from tinytf.inspect.patching import BY
+from tinytf.interop import export, to_transformer_lens
 from tinytf.model import Transformer
 from tinytf.patching import Prompts, attribute, patch, prompts_of
+from tinytf.run.load import LoadedRun
 from tinytf.tasks import get_task
 from tinytf.tasks.base import MinimalPair, Pairs
 
@@ -45,7 +49,7 @@ PAIRS = TASK.held_out_pairs("subject", 2)
 GROUPS = prompts_of(FRAMING, PAIRS, CONFIG.model.max_len)
 TOKENS = GROUPS[0].clean[:1]
 EXAMPLES = TASK.sample(3, torch.Generator().manual_seed(0))
-SQUARES = torch.randn(7, 4)  # an embedding of Z_7
+RUN = LoadedRun(ROOT, CONFIG, TASK, FRAMING, MODEL, 0)
 
 
 # --------------------------------------------------------------------------- values to refuse
@@ -213,6 +217,12 @@ CASES = {
         lambda v: predict(MODEL, FRAMING, v),
         but_not(list, tuple) | st.lists(but_not(str), min_size=1, max_size=2),
     ),
+    "export.run": ("run", lambda v: export(v, "safetensors", "unused.safetensors"), but_not()),
+    "export.to": ("to", lambda v: export(RUN, v, "unused.safetensors"), not_one_of("safetensors", "transformer-lens")),
+    "export.out": ("out", lambda v: export(RUN, "safetensors", v), but_not(str)),
+    "load_exported.path": ("path", tinytf.load_exported, but_not(str)),
+    "load_exported.device": ("device", lambda v: tinytf.load_exported("unused", v), bad_devices()),
+    "to_transformer_lens.run": ("run", to_transformer_lens, but_not()),
     "attention_report.text": ("text", lambda v: attention_report(MODEL, FRAMING, v), but_not(str)),
     "typed_batch.text": ("text", lambda v: FRAMING.typed_batch(MODEL, v), but_not(str)),
     "head_scores.pairs": ("pairs", lambda v: head_scores(MODEL, FRAMING, v), but_not(Pairs).filter(_not_none)),
@@ -232,4 +242,4 @@ def test_a_public_function_refuses_a_wrong_argument_naming_it(case, data):
     value = data.draw(wrong, label=name)
     with pytest.raises((TypeError, ValueError)) as raised:
         call(value)
-    assert name in str(raised.value), f"{case}: {raised.value!r}"
+    assert re.search(rf"(?<![\w.]){re.escape(name)}\b", str(raised.value)), f"{case}: {raised.value!r}"

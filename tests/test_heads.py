@@ -11,8 +11,9 @@ from conftest import assert_user_error, invoke, tiny_config, train_tiny_run
 
 from tinytf.config import config_from_dict
 from tinytf.data.framing import get_framing
-from tinytf.inspect.attend import attention_report, attention_sides
+from tinytf.inspect.attend import attention_report
 from tinytf.inspect.heads import GENERIC_PATTERNS, HeadScore, head_scores, pattern_mass, row_entropy, token_patterns
+from tinytf.model.names import attention_sides
 from tinytf.run.setup import build_model
 from tinytf.tasks import get_task
 

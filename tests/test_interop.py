@@ -4,6 +4,7 @@ None of this needs TransformerLens installed, and none of it imports it."""
 
 import itertools
 import json
+import re
 import subprocess
 import sys
 
@@ -150,6 +151,39 @@ def test_weights_that_do_not_fit_the_header_are_one_line(run, tmp_path):
     tensors["token_embedding.weight"] = tensors["token_embedding.weight"][:, :4].contiguous()
     save_file(tensors, out, metadata=metadata)
     with pytest.raises(tinytf.UserError, match="its weights do not fit its config"):
+        tinytf.load_exported(out)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"embed.W_E": lambda w: w + 1}, "embed.W_E is not unembed.W_U"),  # tied in tinytf: one matrix
+        ({"blocks.9.attn.W_Q": None}, "unknown: ['blocks.9.attn.W_Q']"),
+        ({"ln_final.w": "drop"}, "missing: ['ln_final.w']"),
+    ],
+)
+def test_transformer_lens_weights_that_tinytf_would_not_give_back_are_one_line(run, tmp_path, change, message):
+    out = tmp_path / "m.safetensors"
+    assert invoke("export", "--run", run, "--to", "transformer-lens", "--out", out).exit_code == 0
+    with safe_open(out, framework="pt") as file:
+        metadata, tensors = file.metadata(), {name: file.get_tensor(name) for name in file.keys()}  # noqa: SIM118
+    for name, how in change.items():
+        if how == "drop":
+            del tensors[name]
+        else:
+            tensors[name] = torch.zeros(2) if how is None else how(tensors[name])
+    save_file(tensors, out, metadata=metadata)
+    with pytest.raises(tinytf.UserError, match=f"its weights do not fit its config .*{re.escape(message)}"):
+        tinytf.load_exported(out)
+
+
+def test_a_header_step_that_is_not_a_number_is_one_line(run, tmp_path):
+    out = tmp_path / "m.safetensors"
+    assert invoke("export", "--run", run, "--to", "safetensors", "--out", out).exit_code == 0
+    with safe_open(out, framework="pt") as file:
+        metadata, tensors = file.metadata(), {name: file.get_tensor(name) for name in file.keys()}  # noqa: SIM118
+    save_file(tensors, out, metadata=metadata | {"step": "ten"})
+    with pytest.raises(tinytf.UserError, match="its header's step is 'ten', not a step number"):
         tinytf.load_exported(out)
 
 

@@ -567,7 +567,8 @@ def test_a_killed_run_is_trained_again_once_and_a_stopped_one_every_time(interru
 @pytest.mark.parametrize("database", [None, "sqlite"])
 def test_a_run_killed_in_the_last_setting_of_a_grid_is_failed_and_queued_again(tmp_path, database):
     """Failing the killed run's trial completes the grid: the grid sampler must not stop the
-    study outside a worker's optimize (a RuntimeError before). In the sweep's journal, or a database."""
+    study outside a worker's optimize (Optuna raises a RuntimeError there). In the sweep's
+    journal, or a database."""
     from tinytf.sweep.spec import load_sweep
     from tinytf.sweep.study import HOST, open_study, retry_cut_short, storage_for
 
@@ -702,7 +703,9 @@ def postgres():
 
 
 def postgres_trials(url, name):
-    return optuna.load_study(study_name=name, storage=url).get_trials()
+    from tinytf.sweep.study import database_url  # the installed driver, as a sweep takes it
+
+    return optuna.load_study(study_name=name, storage=database_url(url)).get_trials()
 
 
 def test_two_sweeps_started_at_once_on_one_new_postgresql_study_split_its_settings(tmp_path, postgres):
@@ -762,11 +765,14 @@ def test_a_worker_with_nothing_to_take_waits_for_the_seeds_another_is_queueing(t
     with job.open() as job_on_stdin:
         command = [sys.executable, "-m", "tinytf.sweep.worker", str(os.getpid())]
         worker = subprocess.Popen(command, env=SUBPROCESS_ENV, stdin=job_on_stdin, stdout=subprocess.PIPE, text=True)
-    with pytest.raises(subprocess.TimeoutExpired):  # B waits...
-        worker.wait(timeout=3)
+    # B says it waits, and does (a B that gives up would end its output here)...
+    assert worker.stdout.readline() == "waiting for the runs another worker is queueing\n"
+    with pytest.raises(subprocess.TimeoutExpired):
+        worker.wait(timeout=1)
     queue_seeds(study, first.number, first.params, [1])  # ...until A queues the other seed
     first.set_user_attr("seeds_queued", True)
     output, _ = worker.communicate(timeout=120)
     assert worker.returncode == 0, output
+    assert "trial 1 (seed=1): val_loss" in output
     (second,) = [t for t in trials(folder) if t.user_attrs.get("seed") == 1]
     assert second.state == optuna.trial.TrialState.COMPLETE and second.user_attrs["worker"]["pid"] == worker.pid

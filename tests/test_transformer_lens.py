@@ -70,8 +70,12 @@ def test_a_trained_induction_model_has_the_patterns_attend_reports(tmp_path):
         np.testing.assert_allclose(pattern, np.array(entry["weights"]), atol=1e-5)
 
 
-def test_an_exported_file_loads_into_transformer_lens_as_docs_interop_shows(tmp_path, run):
+@pytest.mark.parametrize("positional", ["sinusoidal", "rope"])
+def test_an_exported_file_loads_into_transformer_lens_as_docs_interop_shows(tmp_path, positional):
     """The recipe of docs/interop.md for a file: TransformerLens's own checkpoint conversion."""
+    from conftest import train_tiny_run
+
+    run = train_tiny_run(tmp_path, model={"positional": positional}, train={"steps": 4, "eval_every": 4})
     from safetensors.torch import load_file
     from transformer_lens import TransformerBridgeConfig
     from transformer_lens.model_bridge import TransformerBridge

@@ -4,6 +4,7 @@ is tested in test_viewer_browser.py; `made_report` and `page_json` are shared wi
 
 import base64
 import hashlib
+import html
 import json
 import re
 
@@ -13,7 +14,7 @@ import tomllib
 from conftest import ROOT, assert_user_error, invoke, train_tiny_run
 
 from tinytf.inspect.attend import AttentionMap, AttentionReport
-from tinytf.inspect.heads import HeadReport, HeadScore
+from tinytf.inspect.heads import HeadReport, HeadScore, render_text
 from tinytf.inspect.viewer import MIN_LINE, WEIGHT_SCALE, attention_page, page_data, stored_weights
 from tinytf.run.setup import load_config
 
@@ -262,3 +263,22 @@ def test_attend_html_of_an_encoder_decoder_reads_source_and_target(tmp_path):
 
 def test_min_line_is_the_documented_one_percent():
     assert MIN_LINE / WEIGHT_SCALE == 0.01
+
+
+# ---- in a notebook
+
+
+def test_a_report_shows_itself_in_a_notebook_as_the_offline_viewer():
+    report = made_report(["<bos>", *HOSTILE_TOKENS], layers=1)
+    shown = report._repr_html_()
+    (srcdoc,) = re.findall(r'<iframe srcdoc="([^"]*)" sandbox="allow-scripts" style="[^"]*"></iframe>', shown)
+    assert shown.count("<") == 2  # the iframe's tags alone: the page inside is one escaped attribute
+    assert html.unescape(srcdoc) == attention_page(report, title=f"Attention: {' '.join(report.tokens)}")
+    assert page_json(html.unescape(srcdoc))["tokens"] == report.tokens
+
+
+def test_a_head_report_shows_its_table_in_a_notebook():
+    heads = made_head_report(made_report(["<bos>", "a", "<b>"]))
+    shown = heads._repr_html_()
+    assert shown.startswith("<pre") and shown.endswith("</pre>")
+    assert html.unescape(re.sub(r"^<pre[^>]*>|</pre>$", "", shown)) == render_text(heads)

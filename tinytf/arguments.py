@@ -19,7 +19,7 @@ from tinytf.lazy import torch
 def whole_number(value: Any, name: str, *, low: int = 0, high: int | None = None) -> int:
     """`value` as an int in [low, high]: an int, a NumPy integer or a one-element integer
     tensor; not a bool, a float or a string."""
-    if isinstance(value, bool) or not hasattr(type(value), "__index__"):
+    if isinstance(value, bool) or (isinstance(value, torch.Tensor) and value.dtype == torch.bool):
         raise TypeError(f"{name} must be a whole number, not {_kind(value)}")
     try:
         number = operator.index(value)
@@ -60,7 +60,7 @@ def sequence_of(value: Any, name: str, kind: type, what: str, *, empty: bool = F
     items = list(value)
     for index, item in enumerate(items):
         if not isinstance(item, kind):
-            raise TypeError(f"{name}[{index}] must be one of {what}, not {_kind(item)}")
+            raise TypeError(f"{name}[{index}] is {_kind(item)}: {name} must be a list of {what}")
     if not items and not empty:
         raise ValueError(f"{name} is empty: give at least one of {what}")
     return items
@@ -71,7 +71,7 @@ def id_tensor(value: Any, name: str, ndim: int) -> torch.Tensor:
     if not isinstance(value, torch.Tensor):
         raise TypeError(f"{name} must be a tensor of token ids, not {_kind(value)}")
     if value.dtype not in (torch.long, torch.int):
-        raise TypeError(f"{name} must hold token ids (torch.long), not {value.dtype}")
+        raise TypeError(f"{name} must hold token ids (torch.long or torch.int), not {value.dtype}")
     if value.dim() != ndim or 0 in value.shape:
         raise ValueError(f"{name} must have {ndim} non-empty dimension(s), not shape {tuple(value.shape)}")
     return value
@@ -86,6 +86,16 @@ def real_tensor(value: Any, name: str, ndim: int) -> torch.Tensor:
     if value.dim() != ndim or 0 in value.shape:
         raise ValueError(f"{name} must have {ndim} non-empty dimension(s), not shape {tuple(value.shape)}")
     return value
+
+
+def torch_device(value: Any, name: str) -> torch.device:
+    """`value` as a torch.device: a device, or a name torch reads ("cpu", "cuda:0"...)."""
+    if isinstance(value, bool) or not isinstance(value, str | int | torch.device):
+        raise TypeError(f"{name} must name a torch device ('cpu', 'cuda', 'cuda:0'...), not {_kind(value)}")
+    try:
+        return torch.device(value)
+    except (RuntimeError, ValueError) as err:  # an unknown device type; bytes torch could not decode
+        raise ValueError(f"{name} must name a torch device ('cpu', 'cuda', 'cuda:0'...), not {value!r}") from err
 
 
 def _kind(value: Any) -> str:

@@ -323,11 +323,14 @@ def export(
     Example: tinytf export --to transformer-lens --out model.safetensors
     """
     from tinytf.interop.files import export as export_model
+    from tinytf.interop.transformer_lens import unsupported
 
     if out.suffix != ".safetensors":
         raise UserError(f"--out {out}: both formats are safetensors files; name it *.safetensors")
     check_out(out, "safetensors", None, "model.safetensors")
     with chosen_run(run, runs_dir, checkpoint, heading=False) as loaded:
+        if to is ExportFormat.transformer_lens and (reason := unsupported(loaded.config.model)) is not None:
+            raise UserError(f"--to transformer-lens: {reason}")
         export_model(loaded, to.value, out)
     typer.echo(f"wrote {out}")
 

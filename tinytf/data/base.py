@@ -143,7 +143,7 @@ class Framing:
         max_len = model.config.max_len
         source = self.typed_input(text, max_len)
         if target is not None:
-            answer = encode_typed(self.vocab, target, what="target")
+            answer = encode_typed(self.vocab, target, what="target", argument="target")
             batch = self.frame(single_pair(source, answer))
             check_length(batch.tokens.size(1), max_len, what="the input with its --target")
             return batch, answer

@@ -66,10 +66,10 @@ def prepend(t: torch.Tensor, value: int | bool) -> torch.Tensor:
     return torch.cat([torch.full((t.size(0), 1), value, dtype=t.dtype, device=t.device), t], dim=1)
 
 
-def encode_typed(vocab: Vocabulary, text: str, what: str = "input") -> list[int]:
-    """Typed text -> ids; empty input and unknown tokens are `UserError`s (and text that
-    is not a string a TypeError naming `what`: "input" is the argument `text`)."""
-    arguments.instance(text, "text" if what == "input" else what, str, "typed text (a string)")
+def encode_typed(vocab: Vocabulary, text: str, what: str = "input", argument: str = "text") -> list[int]:
+    """Typed text -> ids; empty input and unknown tokens are `UserError`s saying `what` it
+    is, and text that is not a string a TypeError naming the caller's `argument`."""
+    arguments.instance(text, argument, str, "typed text (a string)")
     ids = vocab.encode(text)
     if not ids:
         raise UserError(f"the {what} is empty")

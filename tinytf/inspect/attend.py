@@ -7,16 +7,15 @@ TensorBoard attention images and the notebooks. Pure: it computes, the CLI forma
     report.note                      # None, or why the answer may be a guess (a length never trained on)
 
 The weights are exactly those of `model(..., return_attention=True)` for the input.
-`attention_sides` says which sequence an attention's queries and keys read, and
-`is_causal` whether its queries see only the keys up to themselves, for every module
-that labels or masks a map by its name.
+(Which sequence an attention's queries and keys read, and whether it is causal, its name
+says: `attention_sides` and `is_causal` in model/names.py.)
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import BinaryIO, TypeVar
+from typing import BinaryIO
 
 import numpy as np
 from torch import nn
@@ -24,28 +23,8 @@ from torch import nn
 from tinytf.data.framing import Framing
 from tinytf.device import eval_mode, model_device
 from tinytf.errors import UserError
-from tinytf.model.names import ActName, act_name
-
-Tokens = TypeVar("Tokens")  # token strings, a tensor of ids, or a label for them
-
-
-def attention_sides(name: str, tokens: Tokens, source: Tokens | None) -> tuple[Tokens, Tokens | None]:
-    """What the queries and the keys of the attention `name` ("encoder.0.self",
-    "decoder.1.cross") read, given the model's `tokens` and an encoder-decoder's `source`
-    (None for the other architectures): its encoder reads the source on both sides, its
-    cross-attention asks from the tokens into the source; every other attention reads the tokens."""
-    attention = ActName.parse(name)
-    if source is not None and attention.stack == "encoder":
-        return source, source
-    if attention.kind == "cross":
-        return tokens, source
-    return tokens, tokens
-
-
-def is_causal(name: str) -> bool:
-    """Whether query i of the attention `name` sees only keys 0..i: a decoder's self-attention."""
-    attention = ActName.parse(name)
-    return attention.stack == "decoder" and attention.kind == "self"
+from tinytf.inspect.viewer import attention_page, notebook_frame
+from tinytf.model.names import ActName, act_name, attention_sides
 
 
 @dataclass
@@ -115,6 +94,10 @@ class AttentionReport:
             },
             ensure_ascii=False,
         )
+
+    def _repr_html_(self) -> str:
+        """In a notebook: the attention viewer (`tinytf attend --format html`), offline."""
+        return notebook_frame(attention_page(self, title=f"Attention: {' '.join(self.tokens)}"))
 
     def save_npz(self, file: BinaryIO) -> None:
         """One (heads, query, key) array per map, named like "decoder.0.self", plus the tokens,

@@ -46,7 +46,7 @@ from __future__ import annotations
 import json
 from collections import defaultdict
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 import torch
 from torch import nn
@@ -56,10 +56,10 @@ from tinytf.data.batch import Batch
 from tinytf.data.framing import Framing
 from tinytf.device import eval_mode, model_device
 from tinytf.errors import UserError
-from tinytf.inspect.attend import attention_sides, is_causal
 from tinytf.inspect.evaluate import evaluate
+from tinytf.inspect.viewer import notebook_text
 from tinytf.model.hooks import Hook
-from tinytf.model.names import ActName, act_name, head_name, is_value
+from tinytf.model.names import ActName, act_name, attention_sides, head_name, is_causal, is_value
 from tinytf.tasks.base import Pairs
 from tinytf.tasks.vocab import PAD_ID
 
@@ -101,6 +101,10 @@ class HeadReport:
     meta: dict[str, object] = field(default_factory=dict)  # where it comes from (run, checkpoint, text)
     note: str | None = None  # set when a typed input's length is outside what the model was trained on
 
+    def _repr_html_(self) -> str:
+        """In a notebook: the table `tinytf heads` prints."""
+        return notebook_text(render_text(self))
+
     def to_dict(self) -> dict:
         return {
             **self.meta,
@@ -108,19 +112,7 @@ class HeadReport:
             "patterns": self.patterns,
             "ablate": self.ablate,
             "intact": self.intact,
-            "heads": [
-                {
-                    "stack": h.stack,
-                    "layer": h.layer,
-                    "kind": h.kind,
-                    "head": h.head,
-                    "scores": h.scores,
-                    "entropy": h.entropy,
-                    "label": h.label,
-                    "ablation": h.ablation,
-                }
-                for h in self.heads
-            ],
+            "heads": [{**asdict(h), "label": h.label} for h in self.heads],  # stack, layer, kind, head, scores...
         }
 
     def to_json(self) -> str:

@@ -30,20 +30,52 @@ import hashlib
 import html
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from importlib import resources
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 
-from tinytf.inspect.attend import attention_sides
+from tinytf.model.names import attention_sides
 
-if TYPE_CHECKING:
-    from tinytf.inspect.attend import AttentionMap, AttentionReport
-    from tinytf.inspect.heads import HeadReport
+
+# What the page reads of an attention report (attend.py) and a head report (heads.py):
+# described here, not imported, so that the reports can show themselves with this page.
+class AttentionMap(Protocol):
+    name: str
+    stack: str
+    layer: int
+    kind: str
+    query_tokens: list[str]
+    key_tokens: list[str]
+    weights: np.ndarray  # (H, T_q, T_k)
+    first_head: int
+    n_heads: int
+
+
+class AttentionReport(Protocol):
+    tokens: list[str]
+    source_tokens: list[str] | None
+    answer: list[str] | None
+    maps: Sequence[AttentionMap]
+    note: str | None
+
+
+class HeadScore(Protocol):
+    name: str
+    label: str
+    scores: Mapping[str, float | None]
+    entropy: float
+
+
+class HeadReport(Protocol):
+    patterns: list[str]
+    heads: Sequence[HeadScore]
+
 
 WEIGHT_SCALE = 1000  # weights are stored as round(weight * WEIGHT_SCALE): 3 digits
 MIN_LINE = 10  # the head view draws no line under 10 / WEIGHT_SCALE (1%): it would be invisible
+NOTEBOOK_HEIGHT = 640  # pixels: the viewer's head view and its controls, for a sentence
 ASSETS = "viewer_page"  # the package folder that holds page.html, viewer.css and viewer.js
 
 
@@ -82,6 +114,18 @@ def attention_page(
     template = (assets / "page.html").read_text(encoding="utf-8")
     # One pass over the template: what is put in is never searched for fields itself.
     return re.sub(r"\{\{(\w+)\}\}", lambda match: fields[match[1]], template)
+
+
+def notebook_frame(page: str) -> str:
+    """`page` as a notebook shows it (Jupyter, VS Code): in an <iframe srcdoc>, so that its
+    script and Content-Security-Policy stay its own, and nothing is fetched."""
+    style = f"width: 100%; height: {NOTEBOOK_HEIGHT}px; border: 0"
+    return f'<iframe srcdoc="{html.escape(page, quote=True)}" sandbox="allow-scripts" style="{style}"></iframe>'
+
+
+def notebook_text(text: str) -> str:
+    """A text table as a notebook shows it: as it is, in a fixed-width font."""
+    return f'<pre style="font-family: monospace; white-space: pre">{html.escape(text)}</pre>'
 
 
 def page_data(

@@ -5,7 +5,7 @@ header metadata carries the run's config, vocabulary and step:
 
     tinytf             tinytf's own weights (`tinytf.load_exported` rebuilds the model)
     transformer-lens   the weights under TransformerLens's names (transformer_lens.py),
-                       and `transformer_lens_config`, the kwargs of its HookedTransformerConfig
+                       and `transformer_lens_config`, the keyword arguments of its config
 
     metadata: format, tinytf_config (the run's config.yaml), vocab (its vocab.json), step
 """
@@ -13,16 +13,18 @@ header metadata carries the run's config, vocabulary and step:
 from __future__ import annotations
 
 import json
+from os import PathLike
 from pathlib import Path
 
 import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import save
 
+from tinytf import arguments
 from tinytf.config import parse_config
 from tinytf.errors import ConfigError, UserError, first_line
 from tinytf.files import check_regular_file, naming_errors, write_bytes_atomically
-from tinytf.interop.transformer_lens import load_tl_state_dict, tl_config, tl_state_dict, unsupported
+from tinytf.interop.transformer_lens import load_tl_state_dict, tl_config, tl_state_dict
 from tinytf.run.load import LoadedRun
 from tinytf.run.setup import Setup, dump_checked_config
 from tinytf.tasks.vocab import Vocabulary
@@ -33,9 +35,12 @@ MAX_EXPORT_BYTES = 8 * 2**30  # a tiny Transformer's file is kilobytes to megaby
 
 def export(run: LoadedRun, to: str, out: str | Path) -> None:
     """Write `run`'s model to `out` in format `to` (one of FORMATS); atomically: a kill
-    or a full disk leaves the old file whole, or none."""
+    or a full disk leaves the old file whole, or none. A ValueError for a model the
+    format cannot hold (`transformer_lens.unsupported`)."""
+    arguments.instance(run, "run", LoadedRun, "a loaded run (tinytf.load_run or tinytf.load_exported)")
     if to not in FORMATS:
         raise ValueError(f"to must be one of {', '.join(FORMATS)}, not {to!r}")
+    arguments.instance(out, "out", str | PathLike, "a file's path")
     metadata = {
         "format": "tinytf" if to == "safetensors" else to,
         "tinytf_config": dump_checked_config(Setup.of(run.config, data=False)),  # the run's config.yaml
@@ -43,9 +48,7 @@ def export(run: LoadedRun, to: str, out: str | Path) -> None:
         "step": str(run.step),
     }
     if to == "transformer-lens":
-        if (reason := unsupported(run.config.model)) is not None:
-            raise UserError(f"--to transformer-lens: {reason}")
-        tensors = tl_state_dict(run.model)
+        tensors = tl_state_dict(run.model)  # a ValueError for a model TransformerLens cannot hold
         metadata["transformer_lens_config"] = json.dumps(tl_config(run.config.model, run.model.vocab_size))
     else:
         tensors = {name: value.detach().contiguous() for name, value in run.model.state_dict().items()}
@@ -58,7 +61,8 @@ def export(run: LoadedRun, to: str, out: str | Path) -> None:
 def load_exported(path: str | Path, device: str | torch.device = "cpu") -> LoadedRun:
     """A model that `export` wrote, in either format, with its task, framing and
     vocabulary, in eval mode: what `tinytf.load_run` gives for a run folder (`run_dir` is the file)."""
-    path = Path(path)
+    path = Path(arguments.instance(path, "path", str | PathLike, "the path of a file tinytf export wrote"))
+    device = arguments.torch_device(device, "device")
     check_regular_file(path, MAX_EXPORT_BYTES, "exported model")
     try:
         with safe_open(path, framework="pt") as file:
@@ -81,7 +85,9 @@ def load_exported(path: str | Path, device: str | torch.device = "cpu") -> Loade
             if config.model.tie_embeddings:
                 tensors["lm_head.weight"] = tensors["token_embedding.weight"]
             model.load_state_dict(tensors)
-    except (KeyError, RuntimeError) as err:
+    except (KeyError, RuntimeError, ValueError) as err:
         raise UserError(f"{path}: its weights do not fit its config ({first_line(err)})") from None
-    step = int(metadata.get("step", "0"))
-    return LoadedRun(path, setup.config, setup.task, setup.framing, model.to(device).eval(), step)
+    step = metadata.get("step", "0")
+    if not step.isdigit():
+        raise UserError(f"{path}: its header's step is {step!r}, not a step number")
+    return LoadedRun(path, setup.config, setup.task, setup.framing, model.to(device).eval(), int(step))

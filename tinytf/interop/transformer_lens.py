@@ -5,7 +5,7 @@ order (`W_Q[h]`: (D, D_h), where tinytf's `qkv_proj` stacks W_Q, W_K, W_V in tor
 (output, input) order). The two models compute the same function once the weights are
 laid out for each other:
 
-    tinytf                                  TL (3.x HookedTransformer)
+    tinytf                                  TL's checkpoint names (HookedTransformer's)
     token_embedding * sqrt(D)           ->  embed.W_E            (V, D)
     the sinusoidal or learned table     ->  pos_embed.W_pos      (n_ctx, D); none: zeros
     qkv_proj rows of head h, transposed ->  blocks.L.attn.W_Q[h] (D, D_h), and W_K, W_V
@@ -14,8 +14,15 @@ laid out for each other:
     the pre-norm LayerNorms             ->  blocks.L.ln1, ln2, ln_final (w, b)
     lm_head, transposed                 ->  unembed.W_U          (D, V), b_U zeros
 
+RoPE: tinytf rotates each head's dimensions i and i + D_h/2 together; TL 4 rotates
+adjacent pairs (2i, 2i + 1), and TL 3 either (`rotary_adjacent_pairs`). The TL weights
+put each head's query and key dimensions in the adjacent order: q.k, so the attention,
+is unchanged by one reordering of both. TL 4 (`TransformerBridgeConfig`) and TL 3
+(`HookedTransformerConfig`) both take `tl_config`'s keyword arguments.
+
 TL has no block for post-norm residuals or cross-attention: such models are refused
-(`unsupported`), with the route docs/interop.md gives. Nothing here imports TL.
+(`unsupported`), with the route docs/interop.md gives. TL is imported in
+`to_transformer_lens` alone.
 """
 
 from __future__ import annotations
@@ -54,7 +61,7 @@ def unsupported(config: ModelConfig) -> str | None:
 
 
 def tl_config(config: ModelConfig, vocab_size: int) -> dict:
-    """The keyword arguments of TL's `HookedTransformerConfig` for a model of `config`."""
+    """The keyword arguments of TL's config (`TransformerBridgeConfig`) for a model of `config`."""
     cfg = {
         "n_layers": config.n_layers,
         "d_model": config.d_model,
@@ -73,16 +80,13 @@ def tl_config(config: ModelConfig, vocab_size: int) -> dict:
         cfg["d_mlp"] = config.d_ff
     else:
         cfg["attn_only"] = True
-    if config.positional == "rope":  # tinytf rotates each head's halves: TL 3.x's default pairing
-        cfg |= {"rotary_dim": config.head_dim, "rotary_base": 10000, "rotary_adjacent_pairs": False}
+    if config.positional == "rope":  # the weights are reordered for adjacent pairs (module docstring)
+        cfg |= {"rotary_dim": config.head_dim, "rotary_base": 10000, "rotary_adjacent_pairs": True}
     return cfg
 
 
-def tl_state_dict(model: Transformer, *, adjacent_pairs: bool = False) -> dict[str, torch.Tensor]:
-    """`model`'s weights under TL 3.x `HookedTransformer` names and shapes (see the module
-    docstring). `adjacent_pairs`: for a RoPE model, each head's query and key dimensions
-    reordered for a TL that rotates dimensions (2i, 2i + 1) together, where tinytf (and
-    TL 3.x) rotate (i, i + D_h/2): the scores, and so the model, stay the same."""
+def tl_state_dict(model: Transformer) -> dict[str, torch.Tensor]:
+    """`model`'s weights under TL's checkpoint names and shapes (see the module docstring)."""
     if (reason := unsupported(model.config)) is not None:
         raise ValueError(reason)
     config, stack = model.config, model.decoder if model.decoder is not None else model.encoder
@@ -95,7 +99,7 @@ def tl_state_dict(model: Transformer, *, adjacent_pairs: bool = False) -> dict[s
         attention = layer.self_attn
         q, k, v = attention.qkv_proj.weight.view(3, heads, head_dim, d_model).transpose(2, 3)  # 3 x (H, D, D_h)
         biases = list(attention.qkv_proj.bias.view(3, heads, head_dim))
-        if adjacent_pairs and config.positional == "rope":
+        if config.positional == "rope":
             order = _halves_to_adjacent_pairs(head_dim)
             q, k = q[..., order], k[..., order]
             biases[0], biases[1] = biases[0][..., order], biases[1][..., order]
@@ -118,10 +122,15 @@ def tl_state_dict(model: Transformer, *, adjacent_pairs: bool = False) -> dict[s
 
 
 def load_tl_state_dict(model: Transformer, state: dict[str, torch.Tensor]) -> None:
-    """The inverse of `tl_state_dict`: TL-named weights into `model`, built from the same config."""
+    """The inverse of `tl_state_dict`: TL-named weights into `model`, built from the same
+    config. A ValueError for weights it would not give back as they are: other names, or a
+    tied model's W_E that is not its W_U."""
     config, stack = model.config, model.decoder if model.decoder is not None else model.encoder
     d_model, heads, head_dim = config.d_model, config.n_heads, config.head_dim
+    _check_names(model, state)
     unembed = state["unembed.W_U"].T
+    if config.tie_embeddings and not torch.allclose(state["embed.W_E"], unembed * math.sqrt(d_model), atol=1e-6):
+        raise ValueError("embed.W_E is not unembed.W_U (times sqrt(d_model)), as a tied model's embedding must be")
     # Tied: the one matrix is W_U's, which TL keeps unscaled (W_E / sqrt(D) would round it)
     embed = unembed if config.tie_embeddings else state["embed.W_E"] / math.sqrt(d_model)
     ours: dict[str, torch.Tensor] = {"lm_head.weight": unembed, "token_embedding.weight": embed}
@@ -131,10 +140,13 @@ def load_tl_state_dict(model: Transformer, state: dict[str, torch.Tensor]) -> No
     for index, layer in enumerate(stack.layers):
         block, here = f"blocks.{index}", f"{prefix}.layers.{index}"
         q, k, v = (state[f"{block}.attn.W_{name}"] for name in "QKV")
+        biases = [state[f"{block}.attn.b_{name}"] for name in "QKV"]
+        if config.positional == "rope":  # back from adjacent pairs to tinytf's halves
+            order = _halves_to_adjacent_pairs(head_dim).argsort()
+            q, k = q[..., order], k[..., order]
+            biases[0], biases[1] = biases[0][..., order], biases[1][..., order]
         ours[f"{here}.self_attn.qkv_proj.weight"] = torch.stack((q, k, v)).transpose(2, 3).reshape(3 * d_model, d_model)
-        ours[f"{here}.self_attn.qkv_proj.bias"] = torch.stack(
-            [state[f"{block}.attn.b_{name}"] for name in "QKV"]
-        ).reshape(-1)
+        ours[f"{here}.self_attn.qkv_proj.bias"] = torch.stack(biases).reshape(-1)
         ours[f"{here}.self_attn.out_proj.weight"] = state[f"{block}.attn.W_O"].reshape(heads * head_dim, d_model).T
         ours[f"{here}.self_attn.out_proj.bias"] = state[f"{block}.attn.b_O"]
         if config.norm == "pre":
@@ -158,8 +170,8 @@ def load_tl_state_dict(model: Transformer, state: dict[str, torch.Tensor]) -> No
 def to_transformer_lens(run: LoadedRun | Transformer) -> TransformerBridge:
     """A live TransformerLens 4.x model (`TransformerBridge`, in eval mode) computing what
     the run's model (or `run`, a model) computes: `run_with_cache`, `blocks.L.attn.hook_pattern`,
-    TL's patching, SAELens. Needs the `tl` extra (pip install "tinytf[tl]"); TL is
-    imported here, on first call."""
+    TL's patching, SAELens. Needs the `tl` extra (pip install -e ".[tl]"); TL is
+    imported here, on first call. Like TL, it takes ids without padding."""
     model = run.model if isinstance(run, LoadedRun) else run
     arguments.instance(model, "run", Transformer, "a loaded run (tinytf.load_run) or a tinytf Transformer")
     if (reason := unsupported(model.config)) is not None:
@@ -169,13 +181,9 @@ def to_transformer_lens(run: LoadedRun | Transformer) -> TransformerBridge:
         from transformer_lens.model_bridge import TransformerBridge
         from transformer_lens.utilities.tl_checkpoint_conversion import convert_tl_checkpoint
     except ImportError as err:
-        raise ImportError(f'to_transformer_lens needs TransformerLens 4: pip install "tinytf[tl]" ({err})') from err
-    config = tl_config(model.config, model.vocab_size)
-    if "rotary_adjacent_pairs" in config:
-        config["rotary_adjacent_pairs"] = True  # TL 4's native rotary pairs adjacent dimensions
-    bridge = TransformerBridge.boot_native(TransformerBridgeConfig(**config))
-    state = tl_state_dict(model, adjacent_pairs=True)
-    bridge.load_state_dict(convert_tl_checkpoint(state, bridge.cfg), strict=True)
+        raise ImportError(f'to_transformer_lens needs TransformerLens 4: pip install -e ".[tl]" ({err})') from err
+    bridge = TransformerBridge.boot_native(TransformerBridgeConfig(**tl_config(model.config, model.vocab_size)))
+    bridge.load_state_dict(convert_tl_checkpoint(tl_state_dict(model), bridge.cfg), strict=True)
     device = next(model.parameters()).device
     return (bridge if device.type == "cpu" else bridge.to(device)).eval()  # built on the CPU
 
@@ -184,6 +192,14 @@ def _halves_to_adjacent_pairs(head_dim: int) -> torch.Tensor:
     """(D_h,) the head dimensions in the order that puts i and i + D_h/2 side by side."""
     half = head_dim // 2
     return torch.stack((torch.arange(half), torch.arange(half) + half), dim=1).flatten()
+
+
+def _check_names(model: Transformer, state: dict[str, torch.Tensor]) -> None:
+    """A ValueError unless `state` holds exactly the names `tl_state_dict` gives `model`."""
+    expected = set(tl_state_dict(model))
+    if set(state) != expected:
+        missing, unknown = sorted(expected - set(state)), sorted(set(state) - expected)
+        raise ValueError(f"TransformerLens weights missing: {missing[:3]}, unknown: {unknown[:3]}")
 
 
 def _position_table(model: Transformer) -> torch.Tensor:

@@ -13,13 +13,16 @@ stack is "encoder" or "decoder", layer its index, kind "self" or "cross".
     ActName.parse("decoder.1.self.z").attention   # "decoder.1.self"
     child("decoder.1", "resid_pre")               # a module's name, then one of its own
     head_name("decoder.1.self", 2)                # a head, in reports: "decoder.1.self.2"
+    attention_sides("decoder.1.cross", t, s)      # what its queries and keys read: (t, s)
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import TypeVar
 
 ATTENTION_KINDS = ("self", "cross")
+Tokens = TypeVar("Tokens")  # token strings, a tensor of ids, or a label for them (attention_sides)
 
 
 def child(parent: str, part: str | int) -> str:
@@ -70,3 +73,22 @@ class ActName:
 def is_value(name: str, *values: str) -> bool:
     """Whether `name` is an attention's or a layer's value, one of `values` ("decoder.1.self.z" is "z")."""
     return "." in name and name.rpartition(".")[2] in values
+
+
+def attention_sides(name: str, tokens: Tokens, source: Tokens | None) -> tuple[Tokens, Tokens | None]:
+    """What the queries and the keys of the attention `name` ("encoder.0.self",
+    "decoder.1.cross") read, given the model's `tokens` and an encoder-decoder's `source`
+    (None for the other architectures): its encoder reads the source on both sides, its
+    cross-attention asks from the tokens into the source; every other attention reads the tokens."""
+    attention = ActName.parse(name)
+    if source is not None and attention.stack == "encoder":
+        return source, source
+    if attention.kind == "cross":
+        return tokens, source
+    return tokens, tokens
+
+
+def is_causal(name: str) -> bool:
+    """Whether query i of the attention `name` sees only keys 0..i: a decoder's self-attention."""
+    attention = ActName.parse(name)
+    return attention.stack == "decoder" and attention.kind == "self"

@@ -42,10 +42,7 @@ def load_run(run_dir: str | Path | None = None, which: str = "best", device: str
         arguments.instance(run_dir, "run_dir", str | PathLike, "a run folder's path, or None for the newest")
     if which not in ("best", "last"):
         raise ValueError(f"which must be 'best' or 'last', not {which!r}")
-    try:
-        device = torch.device(device)
-    except (RuntimeError, TypeError, ValueError) as err:
-        raise ValueError(f"device must name a torch device ('cpu', 'cuda', 'cuda:0'...), not {device!r}") from err
+    device = arguments.torch_device(device, "device")
     folder = RunFolder(resolve_run(run_dir, which=which))
     setup = load_run_setup(folder.config, data=False)  # the saved vocabulary is all it needs
     setup = setup.with_vocab(Vocabulary.load(folder.vocab))

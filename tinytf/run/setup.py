@@ -58,15 +58,18 @@ def load_setup(path: str | Path, overrides: Iterable[str] = ()) -> Setup:
 
 def _override_list(overrides: object) -> list[str]:
     """`overrides` as a list of strings: any iterable of them but a string itself."""
-    refused = TypeError(f"load_config: overrides must be a list of 'KEY=VALUE' strings, not {overrides!r}"[:200])
+
+    def refused() -> TypeError:
+        return TypeError(f"load_config: overrides must be a list of 'KEY=VALUE' strings, not {overrides!r}"[:200])
+
     if isinstance(overrides, str | bytes) or not isinstance(overrides, Iterable):
-        raise refused
+        raise refused()
     try:
         items = list(overrides)
     except TypeError:  # iterable in type only (a tensor of no dimensions)
-        raise refused from None
+        raise refused() from None
     if not all(isinstance(item, str) for item in items):
-        raise refused
+        raise refused()
     return items
 
 

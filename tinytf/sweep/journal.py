@@ -112,14 +112,16 @@ def _replay_problem(records: list[dict]) -> tuple[int, str] | None:
     try:
         JournalStorage(_Records(records))  # what every sound journal takes: one replay
         return None
-    except Exception:  # found again below, record by record, to name its line
-        pass
+    except Exception as err:  # found again below, record by record, to name its line
+        failure = err
     backend = _Records([])
     storage = JournalStorage(backend)
+    line = len(records)  # where the whole failed and no record alone does: the last
     for number, record in enumerate(records, start=1):
         backend.records.append(record)
         try:
             storage.get_all_studies()  # replays the records it has not read yet: this one
         except Exception as err:  # whatever the replay of a damaged record raises, it is that record's
-            return number, f"is a record Optuna cannot replay ({type(err).__name__}: {first_line(err)})"
-    return None
+            line, failure = number, err
+            break
+    return line, f"is a record Optuna cannot replay ({type(failure).__name__}: {first_line(failure)})"

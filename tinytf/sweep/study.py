@@ -6,7 +6,8 @@ proposes a setting for the first seed; its other seeds are queued at once, as tr
 the same params, so that idle workers take them. A trial's value is its run's metric;
 a setting's objective (worst or mean over its seeds) is reckoned here. Trials carry user
 attributes:
-- `seed`, and `setting`: the number of the setting's first trial;
+- `seed`, and `setting`: the number of the setting's first trial; `seeds_queued` on a
+  setting's first trial once its other seeds are queued;
 - `worker`: the host and process that ran it, so that a trial left running by a process
   that is gone (killed) can be told from one still running;
 - `retry_of`, `kills`: set on the retry a cut-short run gets (killed, or stopped by Ctrl-C),
@@ -288,17 +289,15 @@ def has_work(study: optuna.Study, budget: int) -> bool:
 def seeds_pending(study: optuna.Study, seeds: tuple[int, ...]) -> bool:
     """Whether a new setting's first run, in a process that is alive, has yet to queue its
     other seeds (`queue_seeds`): a process that finds no work waits for them then, rather
-    than leave them all to train one after another in that one process."""
+    than leave them all to train one after another in that one process. (A trial on another
+    host, or whose worker is not yet said, counts: the waiting process bounds its own wait.)"""
     if len(seeds) < 2:
         return False
     for trial in study.get_trials(deepcopy=False, states=(TrialState.RUNNING,)):
         if not is_fresh(trial) or "surplus" in trial.user_attrs or "seeds_queued" in trial.user_attrs:
             continue
         worker = trial.user_attrs.get("worker")
-        if worker is not None and worker["host"] == HOST:
-            if _alive(worker["pid"]):
-                return True
-        elif time.time() - trial.datetime_start.timestamp() < ORPHAN_S:  # another host's, or not yet said
+        if worker is None or worker["host"] != HOST or _alive(worker["pid"]):  # (another host's: alive)
             return True
     return False
 

@@ -17,6 +17,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Callable
 
 import optuna
 
@@ -25,6 +26,7 @@ from tinytf.run.setup import load_setup
 from tinytf.sweep.spec import Job, Param, overrides
 from tinytf.sweep.study import (
     HOST,
+    ORPHAN_S,
     has_work,
     is_surplus,
     pruned_settings,
@@ -161,6 +163,26 @@ def watch_parent(parent: int) -> None:
     threading.Thread(target=check, daemon=True).start()
 
 
+def take_runs(study: optuna.Study, job: Job, run: Callable[[optuna.Trial], float], cut: list[int]) -> None:
+    """Train runs until none is left, or one is cut short (`cut`). With none to take while a
+    live worker is queueing its setting's other seeds, wait for them: up to ORPHAN_S by
+    this process's own clock, in case that worker is gone."""
+    waiting_since = None
+    while not cut:
+        if has_work(study, job.sweep.budget):
+            waiting_since = None
+            study.optimize(run, n_trials=1, catch=(Skipped, CutShort))
+            continue
+        if not seeds_pending(study, job.sweep.seeds):
+            return
+        if waiting_since is None:
+            waiting_since = time.monotonic()
+            print("waiting for the runs another worker is queueing", flush=True)
+        elif time.monotonic() - waiting_since > ORPHAN_S:
+            return  # that worker is gone after all
+        time.sleep(SEEDS_WAIT_S)
+
+
 def main(argv: list[str]) -> int:
     """Take runs until none is left; 0, or EXIT_INTERRUPTED after Ctrl-C (forwarded by the parent)."""
     try:
@@ -183,13 +205,7 @@ def main(argv: list[str]) -> int:
                 cut.append(trial.number)
                 raise
 
-        while not cut:
-            if has_work(study, job.sweep.budget):
-                study.optimize(run, n_trials=1, catch=(Skipped, CutShort))
-            elif seeds_pending(study, job.sweep.seeds):  # another worker is about to queue runs
-                time.sleep(SEEDS_WAIT_S)
-            else:
-                break
+        take_runs(study, job, run, cut)
     except KeyboardInterrupt:  # Ctrl-C outside a run; a trial it cut short is closed as failed
         return EXIT_INTERRUPTED
     except WriteFailed:  # said with its trial
