@@ -3,6 +3,8 @@ nothing, patching the one differing input restores all), a head's patch is the s
 replacement written by hand with run_with_hooks, and bad pairs are one-line errors."""
 
 import copy
+import html
+import re
 
 import pytest
 import torch
@@ -194,3 +196,27 @@ def test_an_encoder_is_not_patched():
     task = get_task(config_from_dict({"task": {"name": "modular-add"}}).task)
     with pytest.raises(UserError, match=r"read decoder-only models .* this run is an encoder: train it with"):
         prompts_of(get_framing(task, "encoder"), [MinimalPair("5 7", "5 8", "12", "13")], 64)
+
+
+def test_a_patch_report_shows_its_maps_in_a_notebook_as_coloured_grids(model_and_vocab):
+    model, framing = model_and_vocab
+    report = patch(model, prompts_of(framing, minimal_pairs("subject", 3, seed=5), 64), by="head")
+    shown = report._repr_html_()
+    cells = re.findall(r'<td style="background: rgb\((\d+), (\d+), (\d+)\)">([-\d.]+)</td>', shown)
+    by_cell = {(r.layer, r.head): r.restored for r in report.results}
+    assert [float(value) for *_, value in cells] == [round(by_cell[key], 2) for key in sorted(by_cell)]
+    for (red, _, blue, _), restored in zip(cells, [by_cell[key] for key in sorted(by_cell)], strict=True):
+        if abs(restored) > 0.01:  # blue where the clean answer came back, red where it went further away
+            assert (int(blue) > int(red)) == (restored > 0)
+    assert "<th>layer \\ head</th>" in shown and "http" not in shown
+
+
+def test_an_attribution_shows_its_table_in_a_notebook(model_and_vocab):
+    model, framing = model_and_vocab
+    (group,) = prompts_of(framing, minimal_pairs("subject", 1, seed=5), 64)
+    shares = attribute(model, group.clean[:1], int(group.answer[0]), int(group.wrong[0]))
+    assert (
+        shares._repr_html_()
+        == f'<pre style="font-family: monospace; white-space: pre">{html.escape(shares.to_text())}</pre>'
+    )
+    assert shares.to_text().splitlines()[0] == f"logit difference {shares.ld:.3f} = the sum of the contributions below"

@@ -1,8 +1,10 @@
 """`tinytf sweep`: the sweep file, its study, its worker processes, and `sweep show`."""
 
+import html
 import io
 import json
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -136,6 +138,16 @@ def test_show_png_draws_the_objective_against_each_parameter(grid, tmp_path):
     assert_user_error(invoke("sweep", "show", folder, "--out", tmp_path / "t.csv"), "--out is for --format png")
     assert_user_error(
         invoke("sweep", "show", folder, "--format", "png", "--out", tmp_path / "no" / "s.png"), "no folder"
+    )
+
+
+def test_a_sweep_shows_its_table_in_a_notebook(grid):
+    from tinytf.sweep.results import load_results, results_text
+
+    results = load_results(str(grid))
+    shown = results._repr_html_()
+    assert shown.startswith("<pre") and html.unescape(re.sub(r"^<pre[^>]*>|</pre>$", "", shown)) == results_text(
+        results, "table"
     )
 
 

@@ -23,7 +23,8 @@ from torch import nn
 from tinytf.data.framing import Framing
 from tinytf.device import eval_mode, model_device
 from tinytf.errors import UserError
-from tinytf.inspect.viewer import attention_page, notebook_frame
+from tinytf.inspect.notebook import notebook_frame
+from tinytf.inspect.viewer import attention_page
 from tinytf.model.names import ActName, act_name, attention_sides
 
 

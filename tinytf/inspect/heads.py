@@ -57,7 +57,7 @@ from tinytf.data.framing import Framing
 from tinytf.device import eval_mode, model_device
 from tinytf.errors import UserError
 from tinytf.inspect.evaluate import evaluate
-from tinytf.inspect.viewer import notebook_text
+from tinytf.inspect.notebook import notebook_text
 from tinytf.model.hooks import Hook
 from tinytf.model.names import ActName, act_name, attention_sides, head_name, is_causal, is_value
 from tinytf.tasks.base import Pairs

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from matplotlib.image import AxesImage
     from matplotlib.text import Text
 
-    from tinytf.inspect.patching import Patched, PatchReport
+    from tinytf.inspect.patching import PatchReport
 
 SMALL_GRID = 12  # a heatmap at most this many cells on each side prints each cell's value in it
 
@@ -70,34 +70,20 @@ def patch_figure(report: PatchReport, tokens: list[str] | None) -> Figure:
     colour bar; a small grid (SMALL_GRID) prints each cell's value in it."""
     from matplotlib.figure import Figure
 
-    components = list(dict.fromkeys(result.component for result in report.results))
-    grids = [_patch_grid([r for r in report.results if r.component == component]) for component in components]
+    grids = report.grids()
     limit = max(1.0, *(abs(result.restored) for result in report.results))
-    heights = [max(1.8, 0.9 + 0.28 * len(rows)) for _, rows, _, _ in grids]
+    heights = [max(1.8, 0.9 + 0.28 * len(grid.rows)) for grid in grids]
     figure = Figure(figsize=(9, sum(heights) + 0.4), layout="constrained")
-    axes = figure.subplots(len(components), 1, squeeze=False, height_ratios=heights)[:, 0]
-    for ax, component, (by_position, rows, columns, grid) in zip(axes, components, grids, strict=True):
-        image = ax.imshow(grid, cmap="RdBu", vmin=-limit, vmax=limit, aspect="auto")
-        print_cells(ax, grid, dark=0.6 * limit, fontsize=7)
-        _patch_axes(ax, rows, columns, tokens, by_position)
-        where = "one position at a time" if by_position else "every position at once"
+    axes = figure.subplots(len(grids), 1, squeeze=False, height_ratios=heights)[:, 0]
+    for ax, grid in zip(axes, grids, strict=True):
+        image = ax.imshow(grid.values, cmap="RdBu", vmin=-limit, vmax=limit, aspect="auto")
+        print_cells(ax, grid.values, dark=0.6 * limit, fontsize=7)
+        _patch_axes(ax, grid.rows, grid.columns, tokens, grid.by_position)
+        where = "one position at a time" if grid.by_position else "every position at once"
         pairs = f"{report.pairs} pair{'s' * (report.pairs > 1)}"
-        ax.set_title(f"{PATCHED.get(component, component)} patched at {where}, over {pairs}", fontsize=9)
+        ax.set_title(f"{PATCHED.get(grid.component, grid.component)} patched at {where}, over {pairs}", fontsize=9)
     colour_bar(figure, image, list(axes), "restored: 0 no change,\n1 the clean answer back")
     return figure
-
-
-def _patch_grid(results: list[Patched]) -> tuple[bool, list, list, np.ndarray]:
-    """One component's results as (by_position, rows, columns, grid): rows (layer, head or
-    None) and columns positions, or, patched at every position at once (--by head), rows
-    (layer, None) and columns heads."""
-    by_position = results[0].position is not None
-    cells = [((r.layer, r.head), r.position) if by_position else ((r.layer, None), r.head) for r in results]
-    rows, columns = (list(dict.fromkeys(cell[i] for cell in cells)) for i in (0, 1))
-    grid = np.zeros((len(rows), len(columns)))  # (rows, columns)
-    for (row, column), result in zip(cells, results, strict=True):
-        grid[rows.index(row), columns.index(column)] = result.restored
-    return by_position, rows, columns, grid
 
 
 def _patch_axes(ax, rows: list, columns: list, tokens: list[str] | None, by_position: bool) -> None:

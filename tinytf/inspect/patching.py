@@ -32,11 +32,13 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 
+import numpy as np
 import torch
 
 from tinytf import arguments
 from tinytf.data.base import Framing
 from tinytf.errors import UserError
+from tinytf.inspect.notebook import notebook_heatmap, notebook_text
 from tinytf.model import Transformer
 from tinytf.model.names import act_name, is_value
 from tinytf.tasks.base import MinimalPair
@@ -95,6 +97,53 @@ class PatchReport:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+    def grids(self) -> list[PatchGrid]:
+        """`restored` as one grid per component, as the heatmaps draw it: rows (layer, head),
+        columns positions; or, patched at every position at once (by head), rows (layer,
+        None) and columns heads."""
+        grids = []
+        for component in dict.fromkeys(result.component for result in self.results):
+            results = [result for result in self.results if result.component == component]
+            by_position = results[0].position is not None
+            cells = [((r.layer, r.head), r.position) if by_position else ((r.layer, None), r.head) for r in results]
+            rows, columns = (list(dict.fromkeys(cell[i] for cell in cells)) for i in (0, 1))
+            values = np.zeros((len(rows), len(columns)))
+            for (row, column), result in zip(cells, results, strict=True):
+                values[rows.index(row), columns.index(column)] = result.restored
+            grids.append(PatchGrid(component, by_position, rows, columns, values))
+        return grids
+
+    def _repr_html_(self) -> str:
+        """In a notebook: the LDs, and each component's map as `tinytf patch --format png` draws it."""
+        limit = max(1.0, *(abs(result.restored) for result in self.results))
+        maps = []
+        for grid in self.grids():
+            rows = [str(layer) if head is None else f"{layer}.{head}" for layer, head in grid.rows]
+            columns = [str(c - len(grid.columns)) if grid.by_position else str(c) for c in grid.columns]
+            axes = (
+                "layer.head" if grid.rows[0][1] is not None else "layer",
+                "position" if grid.by_position else "head",
+            )
+            maps.append(
+                notebook_heatmap(f"restored: {grid.component} patched", rows, columns, grid.values, limit, axes)
+            )
+        summary = (
+            f"{self.pairs} pair{'s' * (self.pairs > 1)}; logit difference clean {self.ld_clean:.3f}, "
+            f"corrupted {self.ld_corrupt:.3f}; restored: 0 no change, 1 the clean answer back"
+        )
+        return f"<p>{summary}</p>" + "".join(maps)
+
+
+@dataclass(frozen=True)
+class PatchGrid:
+    """One component's shares restored as a grid (see `PatchReport.grids`)."""
+
+    component: str
+    by_position: bool
+    rows: list[tuple[int, int | None]]  # (layer, head or None)
+    columns: list[int]  # positions, or heads
+    values: np.ndarray  # (rows, columns)
 
 
 def prompts_of(framing: Framing, pairs: Sequence[MinimalPair], max_len: int) -> list[Prompts]:
@@ -287,6 +336,19 @@ class Attribution:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+    def to_text(self) -> str:
+        """The LD and a table of the parts' shares, the largest first (`tinytf attribute` prints it)."""
+        lines = [f"logit difference {self.ld:.3f} = the sum of the contributions below"]
+        lines.append(f"{'component':<10} {'layer':>5} {'head':>4} {'contribution':>12}")
+        for part in sorted(self.components, key=lambda part: -abs(part.contribution)):
+            layer, head = ("-" if value is None else value for value in (part.layer, part.head))
+            lines.append(f"{part.component:<10} {layer:>5} {head:>4} {part.contribution:>12.3f}")
+        return "\n".join(lines)
+
+    def _repr_html_(self) -> str:
+        """In a notebook: `to_text`'s table."""
+        return notebook_text(self.to_text())
 
 
 @torch.no_grad()

@@ -75,7 +75,6 @@ class HeadReport(Protocol):
 
 WEIGHT_SCALE = 1000  # weights are stored as round(weight * WEIGHT_SCALE): 3 digits
 MIN_LINE = 10  # the head view draws no line under 10 / WEIGHT_SCALE (1%): it would be invisible
-NOTEBOOK_HEIGHT = 640  # pixels: the viewer's head view and its controls, for a sentence
 ASSETS = "viewer_page"  # the package folder that holds page.html, viewer.css and viewer.js
 
 
@@ -114,18 +113,6 @@ def attention_page(
     template = (assets / "page.html").read_text(encoding="utf-8")
     # One pass over the template: what is put in is never searched for fields itself.
     return re.sub(r"\{\{(\w+)\}\}", lambda match: fields[match[1]], template)
-
-
-def notebook_frame(page: str) -> str:
-    """`page` as a notebook shows it (Jupyter, VS Code): in an <iframe srcdoc>, so that its
-    script and Content-Security-Policy stay its own, and nothing is fetched."""
-    style = f"width: 100%; height: {NOTEBOOK_HEIGHT}px; border: 0"
-    return f'<iframe srcdoc="{html.escape(page, quote=True)}" sandbox="allow-scripts" style="{style}"></iframe>'
-
-
-def notebook_text(text: str) -> str:
-    """A text table as a notebook shows it: as it is, in a fixed-width font."""
-    return f'<pre style="font-family: monospace; white-space: pre">{html.escape(text)}</pre>'
 
 
 def page_data(

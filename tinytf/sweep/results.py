@@ -17,6 +17,7 @@ import optuna
 
 from tinytf.config import read_yaml
 from tinytf.errors import ConfigError, UserError, did_you_mean
+from tinytf.inspect.notebook import notebook_text
 from tinytf.sweep.spec import Sweep
 
 if TYPE_CHECKING:
@@ -66,6 +67,10 @@ class Results:
     sweep: Sweep
     rows: list[Row]
     target: float | None = None  # the runs' train.stop_at_accuracy, for a *_to_target objective
+
+    def _repr_html_(self) -> str:
+        """In a notebook: the table `tinytf sweep show` prints."""
+        return notebook_text(results_text(self, "table"))
 
 
 def load_results(sweep: str, *, storage: str | None = None, runs_dir: Path = Path("sweeps")) -> Results:

@@ -118,16 +118,8 @@ class Attributed:
     note: str | None  # the prompt's length never trained on
 
     def to_text(self) -> str:
-        """LD and a table, the largest contributions first."""
-        lines = [
-            run_heading(self.loaded, self.checkpoint),
-            f"logit difference {self.report.ld:.3f} = the sum of the contributions below",
-            f"{'component':<10} {'layer':>5} {'head':>4} {'contribution':>12}",
-        ]
-        for part in sorted(self.report.components, key=lambda part: -abs(part.contribution)):
-            layer, head = ("-" if value is None else value for value in (part.layer, part.head))
-            lines.append(f"{part.component:<10} {layer:>5} {head:>4} {part.contribution:>12.3f}")
-        return "\n".join(lines)
+        """Which run, then the LD and a table, the largest contributions first."""
+        return f"{run_heading(self.loaded, self.checkpoint)}\n{self.report.to_text()}"
 
     def to_json(self) -> str:
         return json.dumps(self.report.to_dict())
