@@ -238,3 +238,19 @@ def trained(request, tmp_path_factory):
     (run_dir,) = (folder / "runs").iterdir()
     assert result.stdout.startswith(f"run {run_dir}\n")
     return folder / "runs", run_dir
+
+
+@pytest.fixture(scope="session")
+def after_quickstart(tmp_path_factory):
+    """A folder holding configs/ (a link to the repository's) and runs/ with a 2-step
+    quickstart run: what the docs' examples expect to find in the repository root."""
+    folder = tmp_path_factory.mktemp("after-quickstart")
+    (folder / "configs").symlink_to(ROOT / "configs", target_is_directory=True)
+    settings = ["train.steps=2", "train.device=cpu", "log.attention_every=null"]  # drawing maps costs seconds
+    result = invoke("train", folder / "configs/quickstart.yaml", "--runs-dir", folder / "runs", *_sets(settings))
+    assert result.exit_code == 0, result.output
+    return folder
+
+
+def _sets(settings: list[str]) -> list[str]:
+    return [part for setting in settings for part in ("--set", setting)]

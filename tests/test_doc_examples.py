@@ -12,7 +12,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, invoke
+from conftest import ROOT
 
 RUNNABLE = re.compile(r"^```python runnable\n(.*?)^```$", re.MULTILINE | re.DOTALL)
 PYTHON = re.compile(r"^```python\b", re.MULTILINE)
@@ -33,22 +33,6 @@ def test_only_blocks_marked_runnable_are_run():
 def test_every_python_block_of_the_python_api_is_runnable():
     text = (ROOT / "docs" / "python-api.md").read_text()
     assert len(runnable_blocks(text)) == len(PYTHON.findall(text)) >= 4
-
-
-@pytest.fixture(scope="module")
-def after_quickstart(tmp_path_factory):
-    """A folder holding configs/ (a link to the repository's) and runs/ with a 2-step
-    quickstart run: what the docs' examples expect to find in the repository root."""
-    folder = tmp_path_factory.mktemp("after-quickstart")
-    (folder / "configs").symlink_to(ROOT / "configs", target_is_directory=True)
-    settings = ["train.steps=2", "train.device=cpu", "log.attention_every=null"]  # drawing maps costs seconds
-    result = invoke("train", folder / "configs/quickstart.yaml", "--runs-dir", folder / "runs", *_sets(settings))
-    assert result.exit_code == 0, result.output
-    return folder
-
-
-def _sets(settings: list[str]) -> list[str]:
-    return [part for setting in settings for part in ("--set", setting)]
 
 
 @pytest.mark.parametrize("doc", WITH_EXAMPLES, ids=lambda path: path.name)
