@@ -69,7 +69,7 @@ def load_exported(path: str | Path, device: str | torch.device = "cpu") -> Loade
             metadata = file.metadata() or {}
             tensors = {name: file.get_tensor(name) for name in file.keys()}  # noqa: SIM118 (not a dict)
     except (SafetensorError, OSError) as err:
-        raise UserError(f"{path}: not a safetensors file ({err})") from None
+        raise UserError(f"{path}: not a safetensors file ({first_line(err)})") from None
     if metadata.get("format") not in ("tinytf", "transformer-lens") or not {"tinytf_config", "vocab"} <= set(metadata):
         raise UserError(f"{path}: a safetensors file that tinytf export did not write (no tinytf_config in its header)")
     try:
@@ -88,6 +88,6 @@ def load_exported(path: str | Path, device: str | torch.device = "cpu") -> Loade
     except (KeyError, RuntimeError, ValueError) as err:
         raise UserError(f"{path}: its weights do not fit its config ({first_line(err)})") from None
     step = metadata.get("step", "0")
-    if not step.isdigit():
+    if not (step.isascii() and step.isdigit()):
         raise UserError(f"{path}: its header's step is {step!r}, not a step number")
     return LoadedRun(path, setup.config, setup.task, setup.framing, model.to(device).eval(), int(step))
