@@ -90,3 +90,32 @@ def test_an_exported_file_loads_into_transformer_lens_as_docs_interop_shows(tmp_
     loaded = tinytf.load_run(run)
     tokens = torch.randint(0, loaded.model.vocab_size, (16, loaded.config.model.max_len))
     assert_same_model(loaded.model, bridge.eval(), tokens)
+
+
+@pytest.mark.parametrize("arch", ["decoder", "encoder"])
+def test_circuits_are_transformer_lens_s_composition_and_copying_scores(arch):
+    from tinytf.inspect.circuits import circuit_report
+    from tinytf.interop import to_transformer_lens
+
+    _, model = perturbed_model(arch, "pre", "rope", tied=False, seed=3)
+    report = circuit_report(model)
+    bridge = to_transformer_lens(model)
+    stack, layers, heads = arch, model.config.n_layers, model.config.n_heads
+    for mode in ("Q", "K", "V"):
+        with torch.no_grad():
+            theirs = bridge.all_composition_scores(mode).scores  # (L, H, L, H), zero unless later
+        ours = torch.zeros(layers, heads, layers, heads, dtype=torch.float64)
+        for c in report.compositions:
+            if c.mode == mode:
+                (_, early_layer, _, early_head), (_, late_layer, _, late_head) = (
+                    name.split(".") for name in (c.early, c.late)
+                )
+                ours[int(early_layer), int(early_head), int(late_layer), int(late_head)] = c.score
+        torch.testing.assert_close(ours, theirs.double(), atol=1e-5, rtol=0)
+    with torch.no_grad():
+        eigenvalues = (bridge.W_E @ bridge.OV @ bridge.W_U).eigenvalues  # (L, H, ...)
+    copying = (eigenvalues.sum(-1) / eigenvalues.abs().sum(-1)).real
+    for name, score in report.copying.items():
+        _, layer, _, head = name.split(".")
+        assert score == pytest.approx(float(copying[int(layer), int(head)]), abs=1e-5), name
+    assert {name.split(".")[0] for name in report.copying} == {stack}

@@ -22,6 +22,7 @@ from tinytf.cli.options import (
     AttendFormat,
     Checkpoint,
     CheckpointOption,
+    CircuitsFormat,
     Device,
     ExportFormat,
     OverridesOption,
@@ -183,6 +184,35 @@ def heads(
     with chosen_run(run, runs_dir, checkpoint, heading=heading) as loaded:
         scored = score_heads(loaded, checkpoint.value, n, text, None if ablate is None else ablate.value)
     show(scored, as_json=output_format is TableFormat.json, out=out)
+
+
+# --------------------------------------------------------------------------- circuits
+
+
+@app.command()
+@user_errors_exit_2
+def circuits(
+    run: RunOption = None,
+    runs_dir: RunsDirOption = Path("runs"),
+    checkpoint: CheckpointOption = Checkpoint.best,
+    output_format: Annotated[CircuitsFormat, typer.Option("--format", help="A table, JSON or CSV.")] = (
+        CircuitsFormat.table
+    ),
+    out: Annotated[Path | None, typer.Option("--out", help="Write to this file instead of the terminal.")] = None,
+) -> None:
+    """How the heads work together, from the weights alone: the Q-, K- and V-composition of
+    every head with every head of a later layer, against a random baseline, and how far
+    each head copies the token it attends to (its OV circuit).
+
+    Example: tinytf circuits --run runs/induction-...
+    """
+    from tinytf.cli.commands.circuits import circuits as read_circuits
+
+    table = output_format is CircuitsFormat.table
+    check_out(out, output_format.value, None, "circuits.txt" if table else f"circuits.{output_format.value}")
+    with chosen_run(run, runs_dir, checkpoint, heading=table and out is None) as loaded:
+        report = read_circuits(loaded, checkpoint.value, as_csv=output_format is CircuitsFormat.csv)
+    show(report, as_json=output_format is CircuitsFormat.json, out=out)
 
 
 # --------------------------------------------------------------------------- patch

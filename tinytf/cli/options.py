@@ -67,6 +67,12 @@ class PatchFormat(str, Enum):
     png = "png"
 
 
+class CircuitsFormat(str, Enum):
+    table = "table"
+    json = "json"
+    csv = "csv"
+
+
 class ExportFormat(str, Enum):
     safetensors = "safetensors"
     transformer_lens = "transformer-lens"
