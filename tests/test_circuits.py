@@ -9,7 +9,7 @@ import json
 
 import pytest
 import torch
-from conftest import invoke, train_tiny_run
+from conftest import assert_user_error, invoke, train_tiny_run
 from test_interop import perturbed_model
 
 from tinytf.inspect.circuits import MODES, circuit_report, composition_score, copying_score, random_baseline
@@ -96,3 +96,15 @@ def test_a_one_layer_model_has_nothing_to_compose_and_says_so(run):
     assert result.exit_code == 0, result.output
     assert "no composition: every head is in layer 0" in result.stdout
     assert "decoder.0.self.1" in result.stdout  # its heads' copying scores all the same
+
+
+def test_circuits_png_draws_a_heatmap_per_composition_to_the_file_named(tmp_path, monkeypatch):
+    run = train_tiny_run(tmp_path, model={"n_layers": 2}, train={"steps": 2, "eval_every": 2})
+    out = tmp_path / "maps.png"
+    result = invoke("circuits", "--run", run, "--format", "png", "--out", out)
+    assert result.exit_code == 0, result.output
+    assert result.stdout == f"wrote {out}\n" and out.read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
+    assert_user_error(invoke("circuits", "--run", run, "--format", "png", "--out", tmp_path / "maps.jpg"), "*.png")
+    monkeypatch.chdir(tmp_path)  # without --out: a new circuits.png, never over an existing one
+    assert invoke("circuits", "--run", run, "--format", "png").stdout == "wrote circuits.png\n"
+    assert invoke("circuits", "--run", run, "--format", "png").stdout == "wrote circuits-2.png\n"

@@ -195,24 +195,28 @@ def circuits(
     run: RunOption = None,
     runs_dir: RunsDirOption = Path("runs"),
     checkpoint: CheckpointOption = Checkpoint.best,
-    output_format: Annotated[CircuitsFormat, typer.Option("--format", help="A table, JSON or CSV.")] = (
+    output_format: Annotated[CircuitsFormat, typer.Option("--format", help="A table, JSON, CSV or PNG heatmaps.")] = (
         CircuitsFormat.table
     ),
     out: Annotated[Path | None, typer.Option("--out", help="Write to this file instead of the terminal.")] = None,
 ) -> None:
-    """How the heads work together, from the weights alone: the Q-, K- and V-composition of
-    every head with every head of a later layer, against a random baseline, and how far
-    each head copies the token it attends to (its OV circuit).
+    """How the heads work together, from the weights alone: each head's Q-, K- and V-composition
+    with every head of a later layer, against a random baseline, and how far it copies (OV).
 
     Example: tinytf circuits --run runs/induction-...
     """
     from tinytf.cli.commands.circuits import circuits as read_circuits
 
     table = output_format is CircuitsFormat.table
+    if output_format is CircuitsFormat.png and out is not None and out.suffix.lower() not in ("", ".png"):
+        raise UserError(f"--out {out}: a {out.suffix} name for --format png; name the file *.png")
     check_out(out, output_format.value, None, "circuits.txt" if table else f"circuits.{output_format.value}")
     with chosen_run(run, runs_dir, checkpoint, heading=table and out is None) as loaded:
         report = read_circuits(loaded, checkpoint.value, as_csv=output_format is CircuitsFormat.csv)
-    show(report, as_json=output_format is CircuitsFormat.json, out=out)
+    if output_format is CircuitsFormat.png:
+        typer.echo(f"wrote {report.write_png(out)}")
+    else:
+        show(report, as_json=output_format is CircuitsFormat.json, out=out)
 
 
 # --------------------------------------------------------------------------- patch

@@ -71,6 +71,7 @@ class CircuitsFormat(str, Enum):
     table = "table"
     json = "json"
     csv = "csv"
+    png = "png"
 
 
 class ExportFormat(str, Enum):

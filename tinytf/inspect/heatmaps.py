@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from matplotlib.image import AxesImage
     from matplotlib.text import Text
 
+    from tinytf.inspect.circuits import CircuitReport
     from tinytf.inspect.patching import PatchReport
 
 SMALL_GRID = 12  # a heatmap at most this many cells on each side prints each cell's value in it
@@ -101,3 +102,34 @@ def _patch_axes(ax, rows: list, columns: list, tokens: list[str] | None, by_posi
     ax.tick_params(axis="y", labelsize=7)
     ax.set_xlabel(name, fontsize=8)
     ax.set_ylabel("layer.head" if rows[0][1] is not None else "layer", fontsize=8)
+
+
+def circuits_figure(report: CircuitReport) -> Figure:
+    """One heatmap per composition (Q, K, V): a row per writing head, a column per reading
+    head of a later layer, each cell its score as a multiple of the baseline mean (1: what
+    random weights give), on one shared scale from 0; blank where the pair does not compose
+    (the same layer, or the reader first)."""
+    from matplotlib.figure import Figure
+
+    writers, readers = {c.early for c in report.compositions}, {c.late for c in report.compositions}
+    early = [name for name in report.copying if name in writers]  # in the model's order
+    late = [name for name in report.copying if name in readers]
+    figure = Figure(figsize=(4 + 0.45 * len(late) * 3, 1.5 + 0.3 * len(early)), layout="constrained")
+    axes = figure.subplots(1, 3, squeeze=False)[0]
+    limit = max([2.0, *(c.ratio for c in report.compositions)])
+    for ax, mode in zip(axes, ("Q", "K", "V"), strict=True):
+        grid = np.full((len(early), len(late)), np.nan)
+        for c in report.compositions:
+            if c.mode == mode:
+                grid[early.index(c.early), late.index(c.late)] = c.ratio
+        image = ax.imshow(grid, cmap="Blues", vmin=0, vmax=limit, aspect="auto")  # dark: strong
+        texts = print_cells(ax, np.nan_to_num(grid), dark=0.6 * limit, fontsize=6)
+        for text, value in zip(texts, grid.ravel(), strict=True):
+            text.set_text("" if np.isnan(value) else text.get_text())
+        ax.set_xticks(range(len(late)), late, rotation=90, fontsize=6)
+        ax.set_yticks(range(len(early)), early if mode == "Q" else [""] * len(early), fontsize=6)
+        ax.set_title(f"{mode}-composition", fontsize=9)
+        ax.set_xlabel("reading head (later layer)", fontsize=7)
+    axes[0].set_ylabel("writing head", fontsize=7)
+    colour_bar(figure, image, list(axes), "score / random baseline mean")
+    return figure

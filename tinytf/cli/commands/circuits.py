@@ -6,9 +6,12 @@ import csv
 import io
 import json
 from dataclasses import dataclass
+from pathlib import Path
 
 from tinytf.cli.commands import run_heading
+from tinytf.cli.output import fresh_path, write_png
 from tinytf.inspect.circuits import CircuitReport, circuit_report, render_text
+from tinytf.inspect.heatmaps import circuits_figure
 from tinytf.run.load import LoadedRun
 
 
@@ -38,6 +41,12 @@ class Circuits:
             scores = (f"{c.score:.6f}", f"{c.ratio:.4f}", f"{copying[c.early]:.6f}", f"{copying[c.late]:.6f}")
             writer.writerow([c.mode, c.early, c.late, *scores])
         return out.getvalue().rstrip("\n")
+
+    def write_png(self, out: Path | None) -> Path:
+        """The heatmaps to `out`, or to a new circuits.png; the path written."""
+        path = out or fresh_path(Path("circuits.png"))
+        write_png(path, circuits_figure(self.report))
+        return path
 
 
 def circuits(loaded: LoadedRun, checkpoint: str, as_csv: bool = False) -> Circuits:
