@@ -59,13 +59,15 @@ def test_quickstart_learns_the_grammar(tmp_path):
         assert right >= 0.95, (construction, float(right))
 
 
-def trained_head_scores(name, tmp_path):
-    """Train configs/`name`; its result, and its heads scored on 200 held-out inputs."""
+def trained_head_scores(name, tmp_path, seed=None):
+    """Train configs/`name` (with `seed`, else its own); its result, and its heads scored
+    on 200 held-out inputs."""
     from tinytf.data.heldout import TaskData
     from tinytf.inspect.heads import head_scores
     from tinytf.run.load import load_run
 
-    result = train(load_config(ROOT / "configs" / name), runs_dir=tmp_path)
+    overrides = [] if seed is None else [f"seed={seed}"]
+    result = train(load_config(ROOT / "configs" / name, overrides=overrides), runs_dir=tmp_path)
     run = load_run(result.run_dir)
     held_out = TaskData(run.task, run.config.seed, run.config.task.eval_size).held_out[:200]
     return result, head_scores(run.model, run.framing, held_out)
@@ -85,12 +87,37 @@ def test_two_attention_only_layers_form_an_induction_head(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_the_weights_show_the_induction_circuit(seed, tmp_path):
+    """Elhage et al. (2021), read by `tinytf circuits`: the layer-0 previous-token head is the
+    one every layer-1 induction head reads through its keys (K-composition at least twice
+    the random baseline), and the induction heads copy what they attend to."""
+    from tinytf.inspect.circuits import circuit_report
+    from tinytf.run.load import load_run
+
+    result, report = trained_head_scores("induction-decoder.yaml", tmp_path, seed)
+    circuits = circuit_report(load_run(result.run_dir).model)
+    previous = report.best("previous", layer=0).name
+    induction = [head.name for head in report.heads if head.layer == 1 and head.scores["induction"] >= 0.9]
+    assert induction, [(head.name, head.scores["induction"]) for head in report.heads]
+    for late in induction:
+        keys = {c.early: c for c in circuits.compositions if c.mode == "K" and c.late == late}
+        assert max(keys.values(), key=lambda c: c.score).early == previous, (late, keys)
+        assert keys[previous].ratio >= 2.0
+        assert circuits.copying[late] >= 0.9
+
+
+@pytest.mark.slow
 def test_one_attention_only_layer_cannot(tmp_path):
     """The same recipe with one layer: no head can match "the token before that key" with
     the current token, so no induction head forms and the repeat stays unpredictable."""
+    from tinytf.inspect.circuits import circuit_report
+    from tinytf.run.load import load_run
+
     result, report = trained_head_scores("induction-decoder-1layer.yaml", tmp_path)
     assert best_score(report, "induction", layer=0) < 0.8
     assert result.best["loss"] > 1.0
+    assert circuit_report(load_run(result.run_dir).model).compositions == []  # no head reads another's output
 
 
 @pytest.mark.slow
