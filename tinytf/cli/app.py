@@ -25,6 +25,7 @@ from tinytf.cli.options import (
     CircuitsFormat,
     Device,
     ExportFormat,
+    OutOption,
     OverridesOption,
     PatchBy,
     PatchFormat,
@@ -169,7 +170,7 @@ def heads(
         ),
     ] = None,
     output_format: Annotated[TableFormat, typer.Option("--format", help="A table, or JSON.")] = TableFormat.table,
-    out: Annotated[Path | None, typer.Option("--out", help="Write to this file instead of the terminal.")] = None,
+    out: OutOption = None,
 ) -> None:
     """Score what every attention head does: how much of its attention follows each pattern
     (diagonal, previous token, first token, duplicate, induction, the task's own alignment),
@@ -195,10 +196,8 @@ def circuits(
     run: RunOption = None,
     runs_dir: RunsDirOption = Path("runs"),
     checkpoint: CheckpointOption = Checkpoint.best,
-    output_format: Annotated[CircuitsFormat, typer.Option("--format", help="A table, JSON, CSV or PNG heatmaps.")] = (
-        CircuitsFormat.table
-    ),
-    out: Annotated[Path | None, typer.Option("--out", help="Write to this file instead of the terminal.")] = None,
+    output_format: Annotated[CircuitsFormat, typer.Option("--format", help="png: heatmaps.")] = CircuitsFormat.table,
+    out: OutOption = None,
 ) -> None:
     """How the heads work together, from the weights alone: each head's Q-, K- and V-composition
     with every head of a later layer, against a random baseline, and how far it copies (OV).

@@ -28,6 +28,9 @@ CheckpointOption = Annotated[
 ]
 
 
+OutOption = Annotated[Path | None, typer.Option("--out", help="Write to this file instead of the terminal.")]
+
+
 class Device(str, Enum):
     auto = "auto"
     cpu = "cpu"

@@ -72,7 +72,7 @@ def patch_figure(report: PatchReport, tokens: list[str] | None) -> Figure:
     from matplotlib.figure import Figure
 
     grids = report.grids()
-    limit = max(1.0, *(abs(result.restored) for result in report.results))
+    limit = report.colour_limit
     heights = [max(1.8, 0.9 + 0.28 * len(grid.rows)) for grid in grids]
     figure = Figure(figsize=(9, sum(heights) + 0.4), layout="constrained")
     axes = figure.subplots(len(grids), 1, squeeze=False, height_ratios=heights)[:, 0]

@@ -41,6 +41,7 @@ from tinytf.errors import UserError
 from tinytf.inspect.notebook import notebook_heatmap, notebook_text
 from tinytf.model import Transformer
 from tinytf.model.names import act_name, is_value
+from tinytf.model.transformer import check_ids
 from tinytf.tasks.base import MinimalPair
 
 BY = ("head", "head-position", "layer-position")
@@ -98,6 +99,11 @@ class PatchReport:
     def to_dict(self) -> dict:
         return asdict(self)
 
+    @property
+    def colour_limit(self) -> float:
+        """The half-width of the maps' colour scale, symmetric about 0: 1, or the largest |restored|."""
+        return max(1.0, *(abs(result.restored) for result in self.results))
+
     def grids(self) -> list[PatchGrid]:
         """`restored` as one grid per component, as the heatmaps draw it: rows (layer, head),
         columns positions; or, patched at every position at once (by head), rows (layer,
@@ -116,8 +122,7 @@ class PatchReport:
 
     def _repr_html_(self) -> str:
         """In a notebook: the LDs, and each component's map as `tinytf patch --format png` draws it."""
-        limit = max(1.0, *(abs(result.restored) for result in self.results))
-        maps = []
+        limit, maps = self.colour_limit, []
         for grid in self.grids():
             rows = [str(layer) if head is None else f"{layer}.{head}" for layer, head in grid.rows]
             columns = [str(c - len(grid.columns)) if grid.by_position else str(c) for c in grid.columns]
@@ -240,8 +245,9 @@ def patch(model: Transformer, groups: Sequence[Prompts], by: str = "head") -> Pa
 
 def _check_prompts(prompts: Prompts, name: str, vocab_size: int) -> None:
     """A ValueError unless `prompts` holds N >= 1 rows of one length and N answers in the vocabulary."""
-    clean = arguments.id_tensor(prompts.clean, f"{name}.clean", 2)
-    corrupt = arguments.id_tensor(prompts.corrupt, f"{name}.corrupt", 2)
+    clean, corrupt = prompts.clean, prompts.corrupt
+    check_ids(clean, vocab_size, f"{name}.clean")
+    check_ids(corrupt, vocab_size, f"{name}.corrupt")
     if corrupt.shape != clean.shape:
         raise ValueError(f"{name}: clean {tuple(clean.shape)} and corrupt {tuple(corrupt.shape)} differ in shape")
     for part in ("answer", "wrong"):
@@ -359,7 +365,7 @@ def attribute(model: Transformer, tokens: torch.Tensor, answer: int, wrong: int)
     once its scale is fixed to the run's, so each part's contribution is
     (part - mean(part)) / scale * gamma . (W_U[answer] - W_U[wrong]), and they add up to LD."""
     arguments.instance(model, "model", Transformer, "a tinytf Transformer")
-    tokens = arguments.id_tensor(tokens, "tokens", 2)
+    check_ids(tokens, model.vocab_size, "tokens")
     if tokens.size(0) != 1:
         raise ValueError(f"tokens must be one prompt, shape (1, T), not {tuple(tokens.shape)}: attribute one at a time")
     answer = arguments.token_id(answer, "answer", model.vocab_size)
