@@ -206,7 +206,7 @@ RESUME_ONLY = {  # what only a resumed run reads: attend, eval and predict do no
     "no window": (without("window"), "it has no 'window': not a whole training state"),
     "window steps is a string": (
         lambda s: {**s, "window": {**s["window"], "steps": "x"}},
-        "'window' should hold the number 'loss_sum' and the whole number 'steps'",
+        "'window' should hold the numbers 'loss_sum' and 'snapshot_loss_sum' and the whole numbers 'steps'",
     ),
     "moments of the wrong shape": (
         lambda s: {

@@ -88,6 +88,7 @@ EQUAL = {
         "lr": 0.01,
         "batch_size": 16,
         "stop_at_accuracy": 0.1,
+        "snapshot_every": 20,
     },
     "log": {"every": 1, "attention_every": None},
 }
@@ -176,6 +177,22 @@ def test_two_processes_follow_the_one_process_losses_and_stop_at_the_same_step(e
     assert load_checkpoint(RunFolder(run_dir).checkpoint("last"))["step"] == 50
 
 
+def test_a_torchrun_job_keeps_the_snapshots_of_the_one_process_run(equal_runs):
+    (run_dir,) = (equal_runs["folder"] / "two").iterdir()
+    one, two = RunFolder(equal_runs["single"].run_dir).snapshots(), RunFolder(run_dir).snapshots()
+    assert [step for step, _ in one] == [step for step, _ in two] == [0, 20, 40, 50]  # and the early stop's
+    for (step, expected), (_, actual) in zip(one, two, strict=True):
+        expected, actual = load_checkpoint(expected), load_checkpoint(actual)
+        if step:
+            assert actual["train_loss"] == pytest.approx(expected["train_loss"], rel=1e-4)
+        for name, weight in expected["model"].items():  # the same up to rounding (5e-7 measured), as the losses
+            found = actual["model"][name]
+            if name.endswith("qkv_proj.bias"):  # but the keys' bias: softmax ignores it, so its gradient is
+                # rounding noise, which AdamW scales up to a step's size. The queries' and values' count.
+                weight, found = (torch.cat(bias.chunk(3)[::2]) for bias in (weight, found))
+            assert torch.allclose(found, weight, atol=1e-5), (step, name)
+
+
 def test_rank_0_alone_writes_one_run_folder_and_reports(equal_runs):
     folder, job = equal_runs["folder"], equal_runs["job"]
     (run_dir,) = (folder / "two").iterdir()
@@ -185,6 +202,7 @@ def test_rank_0_alone_writes_one_run_folder_and_reports(equal_runs):
     assert [name for name in files if name not in events] == [
         "checkpoints/best.pt",
         "checkpoints/last.pt",
+        *(f"checkpoints/step-{step}.pt" for step in (0, 20, 40, 50)),  # in the files' order
         "config.yaml",
         "metrics.jsonl",
         "train.lock",
@@ -238,7 +256,7 @@ def test_resume_after_every_process_was_killed_replays_the_lost_steps_exactly_an
     # With dropout: each process's own random stream must be saved and restored too. The
     # schedule ends at step 12 whatever train.steps is, so the job runs until Ctrl-C.
     data = tiny_data(
-        train={"steps": 100_000, "decay_steps": 12, "checkpoint_every": 4, "eval_every": 2},
+        train={"steps": 100_000, "decay_steps": 12, "checkpoint_every": 4, "eval_every": 2, "snapshot_every": 4},
         log={"every": 1},
     )
     assert data["model"]["dropout"] > 0
@@ -280,6 +298,8 @@ def test_resume_after_every_process_was_killed_replays_the_lost_steps_exactly_an
         job.communicate(timeout=30)
     (killed,) = (tmp_path / "killed").iterdir()
     assert load_checkpoint(RunFolder(killed).checkpoint("last"))["step"] == 8
+    snapshots = {step: path.stat() for step, path in RunFolder(killed).snapshots()}
+    assert list(snapshots) == [0, 4, 8]
     before_kill = [(r["step"], r["split"], r["loss"]) for r in read_metrics(killed)]
     assert before_kill[-1][0] == 11
 
@@ -310,6 +330,13 @@ def test_resume_after_every_process_was_killed_replays_the_lost_steps_exactly_an
     assert "forcefully exiting" not in stderr
     step = load_checkpoint(RunFolder(killed).checkpoint("last"))["step"]
     assert 13 <= step < 100_000
+    after = RunFolder(killed).snapshots()  # those written before the kill kept, not written again; the rest written
+    assert [snapshot for snapshot, _ in after] == list(range(0, step + 1, 4))
+    assert all(
+        (path.stat().st_ino, path.stat().st_mtime_ns) == (snapshots[s].st_ino, snapshots[s].st_mtime_ns)
+        for s, path in after
+        if s in snapshots
+    )
     assert stderr.count(f"interrupted at step {step}; checkpoint saved in ") == 1  # rank 0 alone
     assert f"resume with: torchrun --nproc-per-node 2 -m tinytf train --resume {killed}\n" in stderr
     assert "[rank0]:" not in stderr and "[rank1]:" not in stderr  # no traceback from a trainer (torchrun shows its own)

@@ -221,6 +221,16 @@ def test_induction_story_prints_both_models_and_draws_the_figure(tmp_path):
 
 
 @pytest.mark.slow
+def test_phase_change_prints_a_row_per_seed_and_draws_the_figure(tmp_path):
+    out = tmp_path / "phase.png"
+    done = run_script("scripts/phase_change.py", "--seeds", "0", "--steps", "150", "--every", "100", "--out", out)
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("| seed | last step | induction >= 0.5 at step (head) |")
+    assert lines[2].startswith("| 0 | 150 | ") and lines[2].endswith(" | 3, 0.5 MB |")  # snapshots 0, 100, 150
+    assert lines[3] == f"wrote {out}" and out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.slow
 def test_viewer_screenshot_sizes_prints_a_line_per_config():
     configs = ["configs/quickstart.yaml", "configs/rasp/sort.yaml"]
     done = run_script("scripts/viewer_screenshot.py", "--sizes", *configs)

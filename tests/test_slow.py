@@ -108,6 +108,30 @@ def test_the_weights_show_the_induction_circuit(seed, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_the_induction_head_forms_in_the_phase_change_as_the_repeats_become_right(seed, tmp_path):
+    """Olsson et al. (2022), read from snapshots every 100 steps (`heads --over-training`): the
+    first snapshot where a head's induction score reaches 0.5 is within one interval of the
+    first where half the held-out repeats are exact; all the snapshots take under 10 MB."""
+    import contextlib
+
+    from tinytf.cli.commands.over_training import learned, scores_over_training
+    from tinytf.run.folder import RunFolder
+    from tinytf.run.load import load_run
+
+    overrides = [f"seed={seed}", "train.snapshot_every=100"]
+    result = train(load_config(ROOT / "configs/induction-decoder.yaml", overrides=overrides), runs_dir=tmp_path)
+    report = scores_over_training(
+        load_run(result.run_dir, "last"), None, None, lambda *_, **__: contextlib.nullcontext()
+    )
+    assert [s.step for s in report.snapshots] == sorted({*range(0, result.step, 100), result.step})
+    formed, accurate = report.formed()["induction"], learned(report.snapshots)
+    assert formed is not None and accurate is not None, report.to_text()
+    assert abs(formed[0] - accurate) <= 100, report.to_text()
+    assert sum(path.stat().st_size for _, path in RunFolder(result.run_dir).snapshots()) < 10e6
+
+
+@pytest.mark.slow
 def test_one_attention_only_layer_cannot(tmp_path):
     """The same recipe with one layer: no head can match "the token before that key" with
     the current token, so no induction head forms and the repeat stays unpredictable."""

@@ -20,6 +20,8 @@ from conftest import ROOT, SUBPROCESS_ENV, assert_user_error, invoke, tiny_data,
 from needs import unavailable
 
 from tinytf.errors import ConfigError, UserError
+from tinytf.run.checkpoint import load_checkpoint
+from tinytf.run.folder import RunFolder
 from tinytf.sweep.study import STUDY_FILE
 
 
@@ -187,7 +189,7 @@ def wait_for_the_end_of(worker):
 def long_base():
     """Runs long enough to be cut after their first checkpoint (step 20), short enough to
     train again: the base config cannot change between the runs of a sweep."""
-    return tiny_data(train={"steps": 800, "eval_every": 20, "checkpoint_every": 20})
+    return tiny_data(train={"steps": 800, "eval_every": 20, "checkpoint_every": 20, "snapshot_every": 200})
 
 
 def test_a_killed_sweep_fails_its_cut_trial_and_retries_it_once(tmp_path):
@@ -208,6 +210,12 @@ def test_a_killed_sweep_fails_its_cut_trial_and_retries_it_once(tmp_path):
     settings = shown(folder)["settings"]
     assert sorted(row["params"]["train.lr"] for row in settings) == [0.001, 0.003]
     assert all(row["state"] == "done" for row in settings)
+    ends = []
+    for run in {lock.parent for lock in folder.rglob("train.lock")}:  # every run's snapshots whole, the cut one's too
+        steps = [load_checkpoint(path)["step"] for _, path in RunFolder(run).snapshots()]
+        assert steps == list(range(0, 200 * len(steps), 200)), run
+        ends.append(steps[-1])
+    assert sorted(ends)[-2:] == [800, 800]  # the two settings' runs that finished
 
 
 def test_a_killed_worker_is_named_with_its_process_signal_and_trial(tmp_path):

@@ -8,6 +8,8 @@ from typing import Annotated
 
 import typer
 
+from tinytf.run.folder import is_checkpoint_name
+
 OverridesOption = Annotated[
     list[str] | None,
     typer.Option("--set", metavar="KEY=VALUE", help="Override a config value, e.g. --set model.d_model=64."),
@@ -18,13 +20,29 @@ RunOption = Annotated[
 RunsDirOption = Annotated[Path, typer.Option("--runs-dir", help="Where runs are kept.")]
 
 
-class Checkpoint(str, Enum):
-    best = "best"
-    last = "last"
+def _checkpoint_name(value: str) -> str:
+    if is_checkpoint_name(value):
+        return value
+    raise typer.BadParameter(f"{value!r} is not best, last or a snapshot's step-K (e.g. step-100)")
 
 
 CheckpointOption = Annotated[
-    Checkpoint, typer.Option("--checkpoint", help="best: best validation score; last: latest step.")
+    str,
+    typer.Option(
+        "--checkpoint",
+        metavar="best|last|step-K",
+        callback=_checkpoint_name,
+        help="best: best validation score; last: latest step; step-K: the snapshot of step K "
+        "(train.snapshot_every; tinytf checkpoints lists them).",
+    ),
+]
+OverTrainingOption = Annotated[
+    bool,
+    typer.Option(
+        "--over-training",
+        help="Every snapshot of the run (train.snapshot_every), a row each with its step, "
+        "training loss and held-out accuracy.",
+    ),
 ]
 
 
@@ -70,7 +88,9 @@ class PatchFormat(str, Enum):
     png = "png"
 
 
-class CircuitsFormat(str, Enum):
+class FigureFormat(str, Enum):
+    """A table, JSON, CSV, or a png figure (heads, circuits)."""
+
     table = "table"
     json = "json"
     csv = "csv"

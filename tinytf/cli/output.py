@@ -1,5 +1,6 @@
-"""What a command writes: `--out` checked before any work is done, files written atomically
-(never half a file), progress bars on stderr, and the lines of an input file. It imports no
+"""What a command writes: its report (`show`: a note on stderr, the text or JSON on stdout
+or in --out), `--out` checked before any work is done, files written atomically (never
+half a file), progress bars on stderr, and the lines of an input file. It imports no
 torch, so a command that only reads (`sweep show`) loads none.
 """
 
@@ -13,18 +14,65 @@ from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING, BinaryIO
 
+import typer
+
 from tinytf.errors import UserError
 from tinytf.files import atomic_writer, read_regular_file
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
+    from tinytf.cli.commands import FigureReport, Report
     from tinytf.data.batch import Progress
 
-# How many things a command works through, and their unit -> a progress callback or None.
-ProgressBar = Callable[[int, str], AbstractContextManager["Progress | None"]]
+# How many things a command works through, and their unit (and from how many a bar is
+# drawn) -> a progress callback or None.
+ProgressBar = Callable[..., AbstractContextManager["Progress | None"]]
 PROGRESS_FROM = 2_000  # inputs or examples; fewer take about a second, without a bar
 MAX_INPUT_FILE_BYTES = 10_000_000
+
+
+def show(report: Report, *, as_json: bool = False, out: Path | None = None) -> None:
+    """Every command's output: its note on stderr, then its text or JSON on stdout, or in
+    the file `out`."""
+    show_note(report)
+    emit((report.to_json() if as_json else report.to_text()) + "\n", out)
+
+
+def show_figure(report: FigureReport, output_format: str, out: Path | None, name: str) -> None:
+    """`show` for a report that is also a CSV and a figure: `output_format` "table", "json",
+    "csv", or "png" (to `out`, or to a new `name`.png)."""
+    if output_format in ("table", "json"):
+        show(report, as_json=output_format == "json", out=out)
+        return
+    show_note(report)
+    if output_format == "csv":
+        emit(report.to_csv() + "\n", out)
+        return
+    path = out or fresh_path(Path(f"{name}.png"))
+    write_png(path, report.figure())
+    typer.echo(f"wrote {path}")
+
+
+def emit(content: str, out: Path | None) -> None:
+    """`content` on stdout, or in the file `out` (saying so)."""
+    if out is None:
+        typer.echo(content, nl=False)
+    else:
+        write_text(out, content)
+        typer.echo(f"wrote {out}")
+
+
+def show_note(report: Report) -> None:
+    if report.note is not None:
+        typer.echo(f"note: {report.note}", err=True)
+
+
+def check_figure_out(out: Path | None, output_format: str, name: str) -> None:
+    """`check_out` for `show_figure`: any name, but a png's must end in .png (or nothing)."""
+    if output_format == "png" and out is not None and out.suffix.lower() not in ("", ".png"):
+        raise UserError(f"--out {out}: a {out.suffix} name for --format png; name the file *.png")
+    check_out(out, output_format, None, f"{name}.{'txt' if output_format == 'table' else output_format}")
 
 
 def check_out(out: Path | None, output_format: str, file_formats: tuple[str, ...] | None, example: str) -> None:
@@ -92,10 +140,11 @@ def fresh_path(path: Path) -> Path:
 
 
 @contextlib.contextmanager
-def progress_bar(total: int, unit: str) -> Iterator[Progress | None]:
+def progress_bar(total: int, unit: str, at_least: int | None = None) -> Iterator[Progress | None]:
     """A progress callback drawing a tqdm bar on stderr (stdout holds the answers) while
-    `total` things are worked through, when there are many; None when there are few."""
-    if total < PROGRESS_FROM:
+    `total` things are worked through, when there are `at_least` of them (by default
+    PROGRESS_FROM); else None."""
+    if total < (PROGRESS_FROM if at_least is None else at_least):
         yield None
         return
     from tqdm import tqdm

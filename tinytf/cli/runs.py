@@ -17,14 +17,13 @@ from typing import TYPE_CHECKING
 
 import typer
 
-from tinytf.cli.options import Checkpoint
 from tinytf.errors import UserError
 
 if TYPE_CHECKING:
     from tinytf.run.load import LoadedRun
 
 
-def load_chosen_run(run: Path | None, runs_dir: Path, checkpoint: Checkpoint) -> LoadedRun:
+def load_chosen_run(run: Path | None, runs_dir: Path, checkpoint: str) -> LoadedRun:
     """`--run`, or the newest run under `--runs-dir` that has a checkpoint; says which
     newer runs it passed over (crashed or stopped before their first checkpoint), and
     whether the run is still being trained (it is used: its checkpoint so far)."""
@@ -32,18 +31,18 @@ def load_chosen_run(run: Path | None, runs_dir: Path, checkpoint: Checkpoint) ->
     from tinytf.run.load import load_run
 
     if run is None:
-        for skipped in skipped_runs(runs_dir, checkpoint.value):
-            typer.echo(f"note: skipping {skipped} (no {checkpoint.value} checkpoint yet)", err=True)
-    run_dir = resolve_run(run, runs_dir, checkpoint.value)
+        for skipped in skipped_runs(runs_dir, checkpoint):
+            typer.echo(f"note: skipping {skipped} (no {checkpoint} checkpoint yet)", err=True)
+    run_dir = resolve_run(run, runs_dir, checkpoint)
     if (pid := RunFolder(run_dir).training_process()) is not None:
         which = f"the newest run, {run_dir}," if run is None else str(run_dir)
-        note = f"{which} is still training (process {pid}); using its {checkpoint.value} checkpoint so far"
+        note = f"{which} is still training (process {pid}); using its {checkpoint} checkpoint so far"
         typer.echo(f"note: {note}", err=True)
-    return load_run(run_dir, checkpoint.value)
+    return load_run(run_dir, checkpoint)
 
 
 @contextlib.contextmanager
-def chosen_run(run: Path | None, runs_dir: Path, checkpoint: Checkpoint, *, heading: bool) -> Iterator[LoadedRun]:
+def chosen_run(run: Path | None, runs_dir: Path, checkpoint: str, *, heading: bool) -> Iterator[LoadedRun]:
     """The run to look at (`load_chosen_run`), for the block that asks its model; when it
     was picked by default (no `--run`), a `UserError` of the block names the run (an error
     stays one line), and unless the command prints a heading that names it (`heading`), a
@@ -58,4 +57,4 @@ def chosen_run(run: Path | None, runs_dir: Path, checkpoint: Checkpoint, *, head
             raise UserError(f"{loaded.run_dir}: {err}") from None
         raise
     if run is None and not heading:
-        typer.echo(run_heading(loaded, checkpoint.value), err=True)
+        typer.echo(run_heading(loaded, checkpoint), err=True)

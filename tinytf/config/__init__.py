@@ -212,6 +212,9 @@ class TrainConfig(Section):
     grad_clip: Annotated[float, Field(gt=0.0)] | None = 1.0
     eval_every: PositiveInt = Field(200, le=MAX_STEPS)  # intervals: MAX_STEPS already means "never"
     checkpoint_every: PositiveInt = Field(500, le=MAX_STEPS)
+    # Keep the weights at steps 0, N, 2N, ... and the last as checkpoints/step-<k>.pt, to
+    # look inside the model over training (tinytf heads --over-training). None: keep none.
+    snapshot_every: Annotated[PositiveInt, Field(le=MAX_STEPS)] | None = None
     device: Literal["auto", "cpu", "cuda", "mps"] = "auto"
     # bf16: the training step's forward pass under torch.autocast(bfloat16), on a CPU or CUDA;
     # weights, optimizer, loss and evaluation stay float32. auto: bf16 on CUDA GPUs from Ampere

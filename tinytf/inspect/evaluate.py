@@ -130,13 +130,16 @@ def predict(
 
 
 class TrainingWindow:
-    """Training metrics averaged over the steps since the last log. The loss is summed on
-    the device; it is read back when logged (and kept in checkpoints)."""
+    """Training metrics averaged over the steps since the last log, and the loss since the
+    last snapshot. The losses are summed on the device; they are read back when logged (and
+    kept in checkpoints)."""
 
     def __init__(self, device: torch.device) -> None:
         self.loss_sum = torch.zeros((), device=device)
         self.steps, self.tokens, self.start = 0, 0, time.perf_counter()
         self.tokens_per_s = 0.0  # of the latest closed window
+        self.snapshot_loss_sum = torch.zeros((), device=device)
+        self.snapshot_steps = 0
 
     def count_tokens(self, n: int) -> None:
         self.tokens += n
@@ -144,6 +147,29 @@ class TrainingWindow:
     def add_loss(self, loss: torch.Tensor) -> None:
         self.loss_sum += loss
         self.steps += 1
+        self.snapshot_loss_sum += loss
+        self.snapshot_steps += 1
+
+    def loss_since_snapshot(self) -> float | None:
+        """The mean training loss since the last call (None: no step since); starts anew."""
+        mean = float(self.snapshot_loss_sum) / self.snapshot_steps if self.snapshot_steps else None
+        self.snapshot_loss_sum.zero_()
+        self.snapshot_steps = 0
+        return mean
+
+    def state_dict(self) -> dict:
+        return {
+            "loss_sum": self.loss_sum.item(),
+            "steps": self.steps,
+            "snapshot_loss_sum": self.snapshot_loss_sum.item(),
+            "snapshot_steps": self.snapshot_steps,
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        self.loss_sum.fill_(state["loss_sum"])
+        self.steps = state["steps"]
+        self.snapshot_loss_sum.fill_(state["snapshot_loss_sum"])
+        self.snapshot_steps = state["snapshot_steps"]
 
     def summary(self, correct: Correct, grad_norm, lr: float, model: nn.Module) -> dict[str, float]:
         """The window's metrics (token/seq accuracy: `correct`, of its last batch; the weight

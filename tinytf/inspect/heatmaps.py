@@ -105,10 +105,12 @@ def _patch_axes(ax, rows: list, columns: list, tokens: list[str] | None, by_posi
 
 
 def circuits_figure(report: CircuitReport) -> Figure:
-    """One heatmap per composition (Q, K, V): a row per writing head, a column per reading
-    head of a later layer, each cell its score as a multiple of the baseline mean (1: what
-    random weights give), on one shared scale from 0; blank where the pair does not compose
-    (the same layer, or the reader first)."""
+    """One heatmap per composition (Q, K, V): a row per writing head, a column per head that
+    reads its output (a later layer's, or an encoder-decoder's cross head), each cell its
+    score as a multiple of the baseline mean (1: what random weights give), on one shared
+    scale from 0; blank where the pair does not compose in that mode (the reader runs first,
+    or reads another stream: a cross head's keys and values read only the encoder's heads,
+    its queries only the decoder's)."""
     from matplotlib.figure import Figure
 
     writers, readers = {c.early for c in report.compositions}, {c.late for c in report.compositions}
@@ -129,7 +131,7 @@ def circuits_figure(report: CircuitReport) -> Figure:
         ax.set_xticks(range(len(late)), late, rotation=90, fontsize=6)
         ax.set_yticks(range(len(early)), early if mode == "Q" else [""] * len(early), fontsize=6)
         ax.set_title(f"{mode}-composition", fontsize=9)
-        ax.set_xlabel("reading head (later layer)", fontsize=7)
+        ax.set_xlabel("reading head", fontsize=7)
     axes[0].set_ylabel("writing head", fontsize=7)
     colour_bar(figure, image, list(axes), "score / random baseline mean")
     return figure

@@ -175,8 +175,13 @@ def training_state_problem(state: dict[Any, Any], fresh_optimizer: dict, optimiz
     by_rank = rng.get("torch_by_rank", [])
     if not isinstance(by_rank, list) or not all(isinstance(stream, torch.Tensor) for stream in by_rank):
         return "'rng'.'torch_by_rank' should be a list of tensors"
-    if not (isinstance(window.get("loss_sum"), float) and type(window.get("steps")) is int):
-        return "'window' should hold the number 'loss_sum' and the whole number 'steps'"
+    numbers = [window.get(key) for key in ("loss_sum", "snapshot_loss_sum")]
+    counts = [window.get(key) for key in ("steps", "snapshot_steps")]
+    if not (all(isinstance(value, float) for value in numbers) and all(type(value) is int for value in counts)):
+        return (
+            "'window' should hold the numbers 'loss_sum' and 'snapshot_loss_sum' "
+            "and the whole numbers 'steps' and 'snapshot_steps'"
+        )
     return _best_problem(state["best"], state["best_score"])
 
 

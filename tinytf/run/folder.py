@@ -7,6 +7,7 @@ that only reads metrics loads none.
         vocab.json             the task's vocabulary
         checkpoints/last.pt    the latest state (model, optimizer, schedule, RNGs, step)
         checkpoints/best.pt    the state with the best validation score so far
+        checkpoints/step-<k>.pt  with train.snapshot_every: the weights at step k (a snapshot)
         metrics.jsonl          one JSON object per logged point
         events.out.tfevents.*  TensorBoard scalars, attention maps, samples
         train.lock             the training lock (empty; locked only while a process trains)
@@ -25,6 +26,7 @@ import datetime as dt
 import json
 import logging
 import os
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,6 +48,7 @@ METRICS_FILE = "metrics.jsonl"
 PID_FILE = "train.pid"
 LOCK_FILE = "train.lock"  # kept between trainings; the OS lock on it lasts as long as its holder
 DATA_FINGERPRINT_FILE = "data.sha256"  # tasks that read a file: its hash when the run was trained
+SNAPSHOT = re.compile(r"step-(0|[1-9][0-9]*)")  # a snapshot's name: step-<k>, k without leading zeros
 
 log = logging.getLogger(__name__)
 
@@ -72,8 +75,19 @@ class RunFolder:
         return self.path / METRICS_FILE
 
     def checkpoint(self, which: str) -> Path:
-        """checkpoints/`which`.pt: "last" or "best"."""
-        return self.path / CHECKPOINTS / f"{which}.pt"
+        """checkpoints/`which`.pt: "last", "best" or a snapshot, "step-<k>" (`check_which`)."""
+        return self.path / CHECKPOINTS / f"{check_which(which)}.pt"
+
+    def snapshot(self, step: int) -> Path:
+        """checkpoints/step-<step>.pt: the weights at `step` (train.snapshot_every)."""
+        return self.checkpoint(f"step-{step}")
+
+    def snapshots(self) -> list[tuple[int, Path]]:
+        """Every snapshot the run holds, as (step, path), the earliest first."""
+        folder = self.path / CHECKPOINTS
+        paths = folder.glob("step-*.pt") if folder.is_dir() else []
+        found = [(int(match[1]), path) for path in paths if (match := SNAPSHOT.fullmatch(path.stem))]
+        return sorted(found)
 
     def is_run(self) -> bool:
         return self.config.is_file()
@@ -228,6 +242,18 @@ class RunFolder:
                 "or not a JSON object with a step); the other rows are kept"
             )
         return max(dropped, default=None)
+
+
+def is_checkpoint_name(which: object) -> bool:
+    """Whether `which` names a checkpoint: "best", "last" or a snapshot's "step-<k>"."""
+    return isinstance(which, str) and (which in ("best", "last") or SNAPSHOT.fullmatch(which) is not None)
+
+
+def check_which(which: str) -> str:
+    """`which` if it names a checkpoint (`is_checkpoint_name`); else a `UserError`."""
+    if is_checkpoint_name(which):
+        return which
+    raise UserError(f"checkpoint {which!r}: name best, last or a snapshot's step-K (e.g. step-100)")
 
 
 def _stamp(path: Path) -> tuple[int, int] | None:

@@ -12,10 +12,11 @@ import torch
 from tinytf import arguments
 from tinytf.config import Config
 from tinytf.data.base import Framing
+from tinytf.device import model_device
 from tinytf.errors import ConfigError, UserError
 from tinytf.model import Transformer
 from tinytf.run.checkpoint import CheckpointError, config_mismatch, load_checkpoint, weights_mismatch
-from tinytf.run.folder import VOCAB_FILE, RunFolder, resolve_run
+from tinytf.run.folder import SNAPSHOT, VOCAB_FILE, RunFolder, is_checkpoint_name, resolve_run
 from tinytf.run.setup import Setup, check_unchanged, load_run_setup, read_saved_config
 from tinytf.tasks import Task
 from tinytf.tasks.vocab import Vocabulary
@@ -29,36 +30,72 @@ class LoadedRun:
     framing: Framing
     model: Transformer  # in eval mode
     step: int  # the training step the checkpoint was saved at
+    train_loss: float | None = None  # a snapshot's: the mean training loss since the one before
 
     @property
     def vocab(self) -> Vocabulary:
         return self.task.vocab
 
+    def at(self, which: str) -> LoadedRun:
+        """The same run with the weights of its checkpoint `which` ("best", "last", "step-<k>")."""
+        folder = RunFolder(self.run_dir)
+        state = _checked_state(folder, self.config, which)
+        model = _model_with(state, Setup(self.config, self.task, self.framing), folder.checkpoint(which), folder)
+        device = model_device(self.model)
+        return LoadedRun(self.run_dir, self.config, self.task, self.framing, model.to(device).eval(), *_step(state))
+
 
 def load_run(run_dir: str | Path | None = None, which: str = "best", device: str | torch.device = "cpu") -> LoadedRun:
     """A trained model from its run folder (None: the newest under ./runs with the `which`
-    checkpoint, as the commands pick without --run), with its task, framing and saved vocabulary."""
+    checkpoint, as the commands pick without --run), with its task, framing and saved vocabulary.
+    which: "best", "last", or a snapshot "step-<k>" (train.snapshot_every)."""
     if run_dir is not None:
         arguments.instance(run_dir, "run_dir", str | PathLike, "a run folder's path, or None for the newest")
-    if which not in ("best", "last"):
-        raise ValueError(f"which must be 'best' or 'last', not {which!r}")
+    if not is_checkpoint_name(which):
+        raise ValueError(f"which must be 'best', 'last' or a snapshot's 'step-<k>', not {which!r}")
     device = arguments.torch_device(device, "device")
     folder = RunFolder(resolve_run(run_dir, which=which))
     setup = load_run_setup(folder.config, data=False)  # the saved vocabulary is all it needs
     setup = setup.with_vocab(Vocabulary.load(folder.vocab))
+    state = _checked_state(folder, setup.config, which)
+    model = _model_with(state, setup, folder.checkpoint(which), folder)
+    return LoadedRun(folder.path, setup.config, setup.task, setup.framing, model.to(device).eval(), *_step(state))
+
+
+def _checked_state(folder: RunFolder, config: Config, which: str) -> dict:
+    """The checkpoint `which` of `folder`, read and checked to belong with `config`."""
     path = folder.checkpoint(which)
     if not path.exists():
-        raise UserError(
-            f"{folder.path}: no {which} checkpoint yet ({path.relative_to(folder.path)}); train longer or wait"
-        )
+        raise UserError(f"{folder.path}: {missing_checkpoint(folder, which)}")
     state = load_checkpoint(path)
-    check_belongs(path, state, setup.config, folder)
+    check_belongs(path, state, config, folder)
+    return state
+
+
+def missing_checkpoint(folder: RunFolder, which: str) -> str:
+    """Why `folder` has no checkpoint `which`, and what it has instead, in a few words."""
+    if not SNAPSHOT.fullmatch(which):
+        return f"no {which} checkpoint yet (checkpoints/{which}.pt); train longer or wait"
+    steps = [step for step, _ in folder.snapshots()]
+    if not steps:
+        return f"no snapshot {which}: the run keeps none (train with train.snapshot_every: N to keep them)"
+    shown = [f"step-{step}" for step in steps]
+    shown = ", ".join(shown if len(shown) <= 4 else [*shown[:3], "...", shown[-1]])
+    return f"no snapshot {which}; the run has {shown}"
+
+
+def _model_with(state: dict, setup: Setup, path: Path, folder: RunFolder) -> Transformer:
     model = setup.build_model()
     if (found := weights_mismatch(model.state_dict(), state["model"])) is not None:
         raise CheckpointError(f"{path} does not fit {folder.config} and {VOCAB_FILE}: {found}")
     model.load_state_dict(state["model"])
-    step = int(state.get("step", 0))
-    return LoadedRun(folder.path, setup.config, setup.task, setup.framing, model.to(device).eval(), step)
+    return model
+
+
+def _step(state: dict) -> tuple[int, float | None]:
+    """A checkpoint's step, and a snapshot's training loss (None for best and last)."""
+    loss = state.get("train_loss")
+    return int(state["step"]), loss if isinstance(loss, float) else None
 
 
 def open_for_resume(folder: RunFolder, setup: Setup) -> tuple[dict, Vocabulary]:

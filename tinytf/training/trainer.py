@@ -9,18 +9,19 @@ One step: a batch from the task's stream -> forward -> cross-entropy on the answ
 backward -> gradient clipping -> AdamW (or Muon) at the step's learning rate (optim.py:
 linear warm-up, then cosine decay to a tenth of `train.lr` at `train.decay_steps`, by
 default `train.steps`). Every `train.eval_every` steps the held-out set is scored; the
-best score so far is kept as checkpoints/best.pt, the latest state as
-checkpoints/last.pt every `train.checkpoint_every` steps and at the end. Predictions,
-attention maps and head scores (heads.py) are logged in eval mode, without gradients, on
-held-out inputs: logging never changes the training run.
+best score so far is kept as checkpoints/best.pt, the latest state as checkpoints/last.pt
+every `train.checkpoint_every` steps and at the end; with `train.snapshot_every: N` the
+weights alone at steps 0, N, 2N, ... and the last (`_snapshot`). Predictions, attention
+maps and head scores (heads.py) are logged in eval mode, without gradients, on held-out
+inputs: logging never changes the training run.
 
 Ctrl-C (SIGINT) asks the loop to stop at the end of the current step; it saves
 last.pt and returns with `interrupted=True`. A second Ctrl-C stops at once. `train`
 listens from before it makes the run folder, so a first Ctrl-C while the run is being set
 up saves it at its first step boundary too (a second one stops at once, as ever).
-`train(config, resume=run_dir)` continues exactly where last.pt left off: same
-weights, optimizer moments, random streams and step (the schedule follows from the step). The optimizer's settings
-(train.lr, betas, weight decay) are the resumed config's, so `--set train.lr=...` applies.
+`train(config, resume=run_dir)` continues exactly where last.pt left off: same weights,
+optimizer moments, random streams and step (the schedule follows from the step). The
+optimizer's settings (train.lr, betas, weight decay) are the resumed config's.
 
 Under torchrun (`torchrun --nproc-per-node N -m tinytf train CONFIG`) every process runs
 this loop on its share of each global batch; the Trainer's `job` (tinytf/training/distributed.py)
@@ -215,6 +216,8 @@ class Trainer:
         start_step = self.step
         for logger in self.loggers:
             logger.start(self.run_dir, start_step)
+        if self._snapshot_due(self.step >= self.settings.steps):  # step 0, or one a kill left unwritten
+            self._snapshot()
         window = self.window
         interrupted, diverged = False, None
         self.model.train()
@@ -265,8 +268,11 @@ class Trainer:
             if step % settings.eval_every == 0 or finishing:
                 finishing |= self._validate(window.tokens_per_s)
             self._observe([o for o in self.observers if not o.at_evaluation and o.due(step, finishing)])
-            if step % settings.checkpoint_every == 0 or finishing:
+            snapshot = self._snapshot_due(finishing)
+            if step % settings.checkpoint_every == 0 or finishing or snapshot:
                 self._checkpoint("last")
+            if snapshot:  # after last.pt: a run resumed from here has every snapshot up to its step
+                self._snapshot()
             for logger in self.loggers:
                 logger.step(step)
             if finishing:
@@ -354,7 +360,7 @@ class Trainer:
             "best": self.best,
             "rng": rng,
             # the loss summed since the last log, so a resumed run logs the same averages
-            "window": {"loss_sum": self.window.loss_sum.item(), "steps": self.window.steps},
+            "window": self.window.state_dict(),
         }
 
     def load_state_dict(self, state: dict) -> None:
@@ -386,8 +392,7 @@ class Trainer:
                 ) from None
         self.step, self.best_score, self.best = state["step"], state["best_score"], dict(state["best"])
         self.saved_steps["last"] = self.step
-        self.window.loss_sum.fill_(state["window"]["loss_sum"])
-        self.window.steps = state["window"]["steps"]
+        self.window.load_state_dict(state["window"])
 
     def _load_dropout_stream(self, rng: dict) -> None:
         """This process's stream of random numbers (dropout masks), as saved. A process of
@@ -405,15 +410,29 @@ class Trainer:
         self.job.on_main(lambda: save_checkpoint(state, path))  # rank 0's error, on every process
         self.saved_steps[which] = self.step
 
+    def _snapshot_due(self, finishing: bool) -> bool:
+        every = self.settings.snapshot_every
+        return self.run_dir is not None and every is not None and (self.step % every == 0 or finishing)
+
+    def _snapshot(self) -> None:
+        """checkpoints/step-<k>.pt: the weights and the mean training loss since the last
+        snapshot; one already there (a resumed run's) is kept, never written twice."""
+        state = {
+            "step": self.step,
+            "config": trained_with(self.model.config, self.framing.task.config),
+            "model": self.model.state_dict(),
+            "train_loss": self.window.loss_since_snapshot(),  # every process: each keeps a window
+        }
+        path = RunFolder(self.run_dir).snapshot(self.step)
+        self.job.on_main(lambda: path.is_file() or save_checkpoint(state, path))
+
     def what_is_saved(self) -> str:
         """What the run folder's checkpoints hold, in words (after a failure to write)."""
         if not self.saved_steps:
             return "the run has no checkpoint yet"
         saved = self.saved_steps
-        held = " and ".join(
-            f"checkpoints/{which}.pt of step {saved[which]}" for which in ("last", "best") if which in saved
-        )
-        return f"the run keeps {held}"
+        held = [f"checkpoints/{which}.pt of step {saved[which]}" for which in ("last", "best") if which in saved]
+        return f"the run keeps {' and '.join(held)}"
 
 
 class WriteFailed(UserError):

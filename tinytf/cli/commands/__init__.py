@@ -8,13 +8,16 @@ commands, so `tinytf --help` starts at once.
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from tinytf.data.heldout import TaskData
 from tinytf.errors import UserError
 from tinytf.run.folder import RunFolder
 from tinytf.run.load import LoadedRun
 from tinytf.tasks.base import Pairs
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 
 class Report(Protocol):
@@ -25,6 +28,14 @@ class Report(Protocol):
     def to_text(self) -> str: ...
 
     def to_json(self) -> str: ...
+
+
+class FigureReport(Report, Protocol):
+    """A report that is also a CSV (a row per thing measured) and a figure."""
+
+    def to_csv(self) -> str: ...
+
+    def figure(self) -> Figure: ...
 
 
 def run_heading(loaded: LoadedRun, checkpoint: str) -> str:
@@ -47,4 +58,4 @@ def typed_length_note(loaded: LoadedRun, text: str) -> str | None:
     return framing.length_note(framing.typed_input(text, loaded.config.model.max_len))
 
 
-__all__ = ["Report", "first_held_out", "run_heading", "typed_length_note"]
+__all__ = ["FigureReport", "Report", "first_held_out", "run_heading", "typed_length_note"]

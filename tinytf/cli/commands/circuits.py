@@ -1,18 +1,19 @@
-"""`tinytf circuits`: how the heads compose, and which copy, read from the weights."""
+"""`tinytf circuits`: how the heads compose, which copy and which look by position, read
+from the weights."""
 
 from __future__ import annotations
 
-import csv
-import io
 import json
 from dataclasses import dataclass
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tinytf.cli.commands import run_heading
-from tinytf.cli.output import fresh_path, write_png
+from tinytf.cli.commands.heads import write_csv
 from tinytf.inspect.circuits import CircuitReport, circuit_report, render_text
-from tinytf.inspect.heatmaps import circuits_figure
 from tinytf.run.load import LoadedRun
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
 
 
 @dataclass
@@ -20,36 +21,34 @@ class Circuits:
     loaded: LoadedRun
     report: CircuitReport
     checkpoint: str
-    as_csv: bool = False  # the text is the CSV
     note: str | None = None
 
     def to_text(self) -> str:
-        if self.as_csv:
-            return self.to_csv()
         return f"{run_heading(self.loaded, self.checkpoint)}\n{render_text(self.report)}"
 
     def to_json(self) -> str:
         return json.dumps(self.report.to_dict())
 
     def to_csv(self) -> str:
-        """One row per composition: mode, from, to, score, ratio, and each head's copying score."""
-        out = io.StringIO()
-        writer = csv.writer(out, lineterminator="\n")
-        writer.writerow(["mode", "from", "to", "score", "x_baseline", "from_copying", "to_copying"])
-        copying = self.report.copying
+        """One row per composition: mode, from, to, score, ratio, and each head's copying score
+        and QK positional share (empty where None)."""
+        heads = ["from_copying", "to_copying", "from_positional", "to_positional"]
+        copying, positional = self.report.copying, self.report.positional
+        rows = []
         for c in self.report.compositions:
-            scores = (f"{c.score:.6f}", f"{c.ratio:.4f}", f"{copying[c.early]:.6f}", f"{copying[c.late]:.6f}")
-            writer.writerow([c.mode, c.early, c.late, *scores])
-        return out.getvalue().rstrip("\n")
+            scores = [f"{c.score:.6f}", f"{c.ratio:.4f}", f"{copying[c.early]:.6f}", f"{copying[c.late]:.6f}"]
+            shares = ["" if positional[head] is None else f"{positional[head]:.6f}" for head in (c.early, c.late)]
+            rows.append([c.mode, c.early, c.late, *scores, *shares])
+        return write_csv(["mode", "from", "to", "score", "x_baseline", *heads], rows)
 
-    def write_png(self, out: Path | None) -> Path:
-        """The heatmaps to `out`, or to a new circuits.png; the path written."""
-        path = out or fresh_path(Path("circuits.png"))
-        write_png(path, circuits_figure(self.report))
-        return path
+    def figure(self) -> Figure:
+        """A heatmap per composition, each cell the score as a multiple of the baseline mean."""
+        from tinytf.inspect.heatmaps import circuits_figure
+
+        return circuits_figure(self.report)
 
 
-def circuits(loaded: LoadedRun, checkpoint: str, as_csv: bool = False) -> Circuits:
-    report = circuit_report(loaded.model)
+def circuits(loaded: LoadedRun, checkpoint: str) -> Circuits:
+    report = circuit_report(loaded.model, loaded.framing.model_lengths())  # the positions it trained on
     report.meta = {"run": str(loaded.run_dir), "checkpoint": checkpoint, "step": loaded.step}
-    return Circuits(loaded, report, checkpoint, as_csv)
+    return Circuits(loaded, report, checkpoint)

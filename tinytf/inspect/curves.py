@@ -1,0 +1,55 @@
+"""Curves over training: what the heads or circuits of each snapshot score, above the
+training loss and held-out accuracy at the same steps (`--over-training --format png`)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+
+from matplotlib.figure import Figure
+
+Curve = Sequence[float | None]  # a value per step; None where there is none (no training loss at step 0)
+
+
+def over_training_figure(
+    steps: Sequence[int],
+    lines: Mapping[str, Curve],
+    ylabel: str,
+    training: Mapping[str, Curve],
+    marks: Mapping[str, int | None],
+    level: float | None = None,
+) -> Figure:
+    """Two panels sharing the step axis. Above, `lines` (label -> curve), read on `ylabel`,
+    with a dotted line at `level`; below, the held-out exact match (0..1, left) and the
+    losses (right) of `training` ("held-out exact match", "training loss", "held-out
+    loss"). `marks` (label -> step) are dashed vertical lines through both panels."""
+    figure = Figure(figsize=(8, 6.5), layout="constrained")
+    top, bottom = figure.subplots(2, 1, sharex=True, height_ratios=[3, 2])
+    for label, values in lines.items():
+        top.plot(steps, _gaps(values), marker=".", label=label)
+    if level is not None:
+        top.axhline(level, color="grey", linestyle=":", linewidth=1)
+    top.set_ylabel(ylabel)
+    top.legend(fontsize="small", loc="best")
+    bottom.plot(steps, _gaps(training["held-out exact match"]), color="black", label="held-out exact match")
+    bottom.set_ylim(-0.02, 1.02)
+    bottom.set_ylabel("held-out exact match")
+    bottom.set_xlabel("step")
+    losses = bottom.twinx()
+    for label, colour in (("training loss", "tab:red"), ("held-out loss", "tab:orange")):
+        losses.plot(steps, _gaps(training[label]), color=colour, linewidth=1, label=label)
+    losses.set_ylabel("loss")
+    handles = [*bottom.get_legend_handles_labels()[0], *losses.get_legend_handles_labels()[0]]
+    bottom.legend(handles=handles, fontsize="small", loc="center right")
+    for number, (label, step) in enumerate(marks.items()):
+        if step is not None:
+            colour = f"C{number + len(lines)}"
+            for ax in (top, bottom):
+                ax.axvline(step, color=colour, linestyle="--", linewidth=1, label=label if ax is top else None)
+    if any(step is not None for step in marks.values()):
+        top.legend(fontsize="small", loc="best")
+    return figure
+
+
+def _gaps(values: Curve) -> list[float]:
+    return [math.nan if value is None else value for value in values]
