@@ -49,7 +49,7 @@ def row(seed: int, run_dir: Path, report: HeadsOverTraining) -> str:
     )
 
 
-def draw(reports: dict[int, HeadsOverTraining], out: Path) -> None:
+def draw(reports: dict[int, HeadsOverTraining], every: int, out: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
@@ -63,7 +63,7 @@ def draw(reports: dict[int, HeadsOverTraining], out: Path) -> None:
         exact = [snapshot.held_out["seq_acc"] for snapshot in report.snapshots]
         axis.plot(steps, exact, "--", color=colour, label=f"seed {seed}: held-out exact match")
     axis.axhline(LEVEL, color="grey", linestyle=":", linewidth=1)
-    axis.set_xlabel("training step (a snapshot every 100)")
+    axis.set_xlabel(f"training step (a snapshot every {every})")
     axis.set_ylim(-0.02, 1.02)
     axis.set_title("The induction phase change: the head forms as the repeats become right")
     axis.legend(fontsize="small", loc="center right")
@@ -92,7 +92,7 @@ def main() -> None:
             reports[seed] = scores_over_training(load_run(run_dir, "last"), None, None, no_bar)
             print(row(seed, run_dir, reports[seed]), flush=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    draw(reports, args.out)
+    draw(reports, args.every, args.out)
     print(f"wrote {args.out}")
 
 

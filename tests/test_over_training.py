@@ -124,6 +124,66 @@ def test_over_training_refuses_what_it_cannot_do(snapshot_run, run):
     )
     assert_user_error(invoke("heads", "--run", snapshot_run, "--over-training", "--ablate", "zero"), "--ablate with")
     assert_user_error(
+        invoke("heads", "--run", snapshot_run, "--ablate", "zero", "--format", "csv"),
+        "--ablate with --format csv: what ablation costs shows in the table and JSON",
+    )
+    assert_user_error(
         invoke("circuits", "--run", snapshot_run, "--over-training", "--format", "png", "--out", "x.svg"),
         "name the file *.png",
     )
+
+
+def test_the_first_steps_are_found_on_reports_built_by_hand():
+    from pathlib import Path
+
+    from tinytf.cli.commands.over_training import CircuitsOverTraining, HeadsOverTraining, Snapshot, learned
+    from tinytf.inspect.circuits import CircuitReport, Composition
+    from tinytf.inspect.heads import HeadReport, HeadScore
+
+    def snapshot(step, exact):
+        return Snapshot(step, None, {"loss": 1.0, "token_acc": exact, "seq_acc": exact})
+
+    def heads(induction, previous):
+        scored = [
+            HeadScore("decoder", 1, "self", h, {"induction": s, "previous": p}, 0.0)
+            for h, (s, p) in enumerate(zip(induction, previous, strict=True))
+        ]
+        return HeadReport(10, ["induction", "previous"], scored)
+
+    snapshots = [snapshot(0, 0.0), snapshot(100, 0.2), snapshot(200, LEVEL), snapshot(300, 0.9)]
+    reports = [
+        heads([0.1, 0.2], [0.0, 0.0]),
+        heads([0.3, LEVEL], [0.0, 0.0]),
+        heads([0.9, 0.4], [0.0, 0.0]),
+        heads([0.9, 0.9], [0.0, 0.1]),
+    ]
+    over = HeadsOverTraining(Path("run"), "10 held-out inputs", snapshots, reports)
+    assert learned(snapshots) == 200
+    assert over.formed() == {"induction": (100, "decoder.1.self.1"), "previous": None}
+    assert over.best("induction") == [0.2, LEVEL, 0.9, 0.9]
+
+    def circuit(ratio):
+        return CircuitReport({}, [Composition("K", "decoder.0.self.0", "decoder.1.self.0", 0.1, ratio)], {}, {})
+
+    class Found:  # what CircuitsOverTraining reads of each snapshot's `circuits`
+        def __init__(self, ratio):
+            self.report = circuit(ratio)
+
+    ratios = [1.0, COMPOSED, 1.5, COMPOSED + 1]
+    over = CircuitsOverTraining(Path("run"), snapshots, [Found(ratio) for ratio in ratios])
+    assert over.formed() == {"decoder.0.self.0 → decoder.1.self.0 K": 100}
+    assert CircuitsOverTraining(Path("run"), snapshots, [Found(ratio) for ratio in [3, 3, 3, 1]]).formed() == {}
+
+
+def test_an_encoder_decoder_is_followed_over_training_too(tmp_path):
+    run_dir = train_tiny_run(
+        tmp_path, model={"arch": "encoder-decoder"}, train={"steps": 6, "snapshot_every": 3, "checkpoint_every": 100}
+    )
+    for command in ("heads", "circuits"):
+        _, rows = rows_of(output(command, "--run", run_dir, "--over-training", "--format", "csv"))
+        assert sorted({int(row[0]) for row in rows}) == [0, 3, 6]
+        for step in (0, 3, 6):
+            alone = rows_of(output(command, "--run", run_dir, "--checkpoint", f"step-{step}", "--format", "csv"))[1]
+            assert [row[5:] for row in rows if int(row[0]) == step] == alone
+        if command == "heads":
+            assert any(row[5].startswith("decoder.0.cross.") for row in rows)

@@ -225,3 +225,29 @@ def test_checkpoints_lists_what_a_run_holds_and_what_is_damaged(snapshot_run, tm
     assert os.path.getsize(RunFolder(snapshot_run).snapshot(4)) < os.path.getsize(
         RunFolder(snapshot_run).checkpoint("last")
     )
+
+
+def test_a_last_pt_written_before_snapshots_existed_resumes(tmp_path):
+    from tinytf.run.checkpoint import save_checkpoint
+
+    first = train(tiny_config(train={"steps": 6}, log={"every": 1}), runs_dir=tmp_path)
+    path = RunFolder(first.run_dir).checkpoint("last")
+    state = load_checkpoint(path)
+    state["window"] = {key: state["window"][key] for key in ("loss_sum", "steps")}  # as tinytf wrote it then
+    save_checkpoint(state, path)
+    resumed = train(tiny_config(train={"steps": 10, "snapshot_every": EVERY}, log={"every": 1}), resume=first.run_dir)
+    assert resumed.step == 10
+    assert [step for step, _ in RunFolder(first.run_dir).snapshots()] == [8, 10]
+
+
+def test_a_snapshot_asked_of_the_newest_run_is_looked_for_there(tmp_path):
+    older = train(snapshot_config(), runs_dir=tmp_path).run_dir  # snapshots 0, 4, 8, 10
+    newer = train(tiny_config(train={"steps": 10, "snapshot_every": 5}), runs_dir=tmp_path).run_dir
+    os.utime(newer / "config.yaml", (older.stat().st_mtime + 10,) * 2)  # the newest, whatever the clock
+    assert_user_error(
+        invoke("heads", "--runs-dir", tmp_path, "--checkpoint", "step-4"),
+        f"{newer}: no snapshot step-4; the run has step-0, step-5, step-10",
+    )
+    result = invoke("heads", "--runs-dir", tmp_path, "--checkpoint", "step-5")
+    assert result.exit_code == 0, result.output
+    assert heading_of(result).startswith(f"run {newer} (step-5 checkpoint, step 5)")

@@ -7,6 +7,8 @@ torch, so a command that only reads (`sweep show`) loads none.
 from __future__ import annotations
 
 import contextlib
+import csv
+import io
 import stat
 import sys
 from collections.abc import Callable, Iterator
@@ -52,6 +54,18 @@ def show_figure(report: FigureReport, output_format: str, out: Path | None, name
     path = out or fresh_path(Path(f"{name}.png"))
     write_png(path, report.figure())
     typer.echo(f"wrote {path}")
+
+
+def write_csv(header: list[str], rows: list[list[str]]) -> str:
+    """A header and rows as CSV text (no last line break: `show_figure` adds it)."""
+    out = io.StringIO()
+    csv.writer(out, lineterminator="\n").writerows([header, *rows])
+    return out.getvalue().rstrip("\n")
+
+
+def exact(value: float | None) -> str:
+    """A number for a CSV as Python writes it, which reads back as the same float; blank for None."""
+    return "" if value is None else repr(float(value))
 
 
 def emit(content: str, out: Path | None) -> None:

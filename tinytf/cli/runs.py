@@ -27,13 +27,15 @@ def load_chosen_run(run: Path | None, runs_dir: Path, checkpoint: str) -> Loaded
     """`--run`, or the newest run under `--runs-dir` that has a checkpoint; says which
     newer runs it passed over (crashed or stopped before their first checkpoint), and
     whether the run is still being trained (it is used: its checkpoint so far)."""
-    from tinytf.run.folder import RunFolder, resolve_run, skipped_runs
+    from tinytf.run.folder import RunFolder, resolve_run, run_with, skipped_runs
     from tinytf.run.load import load_run
 
+    picked = run_with(checkpoint)  # what the newest run must hold to be picked
     if run is None:
-        for skipped in skipped_runs(runs_dir, checkpoint):
-            typer.echo(f"note: skipping {skipped} (no {checkpoint} checkpoint yet)", err=True)
-    run_dir = resolve_run(run, runs_dir, checkpoint)
+        for skipped in skipped_runs(runs_dir, picked):
+            kind = f"no {picked} checkpoint" if picked else "no checkpoint"
+            typer.echo(f"note: skipping {skipped} ({kind} yet)", err=True)
+    run_dir = resolve_run(run, runs_dir, picked)
     if (pid := RunFolder(run_dir).training_process()) is not None:
         which = f"the newest run, {run_dir}," if run is None else str(run_dir)
         note = f"{which} is still training (process {pid}); using its {checkpoint} checkpoint so far"

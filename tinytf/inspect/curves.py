@@ -1,12 +1,17 @@
-"""Curves over training: what the heads or circuits of each snapshot score, above the
-training loss and held-out accuracy at the same steps (`--over-training --format png`)."""
+"""Figures of lines and points: what the heads or circuits of each snapshot score, above
+the training loss and held-out accuracy at the same steps (`--over-training --format
+png`), and each head's attention score against what it causes (`compare --format png`)."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from matplotlib.figure import Figure
+
+if TYPE_CHECKING:
+    from tinytf.inspect.compare import Comparison
 
 Curve = Sequence[float | None]  # a value per step; None where there is none (no training loss at step 0)
 
@@ -30,7 +35,6 @@ def over_training_figure(
     if level is not None:
         top.axhline(level, color="grey", linestyle=":", linewidth=1)
     top.set_ylabel(ylabel)
-    top.legend(fontsize="small", loc="best")
     bottom.plot(steps, _gaps(training["held-out exact match"]), color="black", label="held-out exact match")
     bottom.set_ylim(-0.02, 1.02)
     bottom.set_ylabel("held-out exact match")
@@ -46,10 +50,40 @@ def over_training_figure(
             colour = f"C{number + len(lines)}"
             for ax in (top, bottom):
                 ax.axvline(step, color=colour, linestyle="--", linewidth=1, label=label if ax is top else None)
-    if any(step is not None for step in marks.values()):
+    if lines or any(step is not None for step in marks.values()):
         top.legend(fontsize="small", loc="best")
     return figure
 
 
 def _gaps(values: Curve) -> list[float]:
     return [math.nan if value is None else value for value in values]
+
+
+def looking_causing_figure(comparison: Comparison, places: Mapping[str, str]) -> Figure:
+    """A panel per place patched (`places`: at -> words): each head a point, its held-out
+    attention score across, the share it restores up, labelled with its name; the title
+    gives Spearman's rho and its bootstrap interval."""
+    figure = Figure(figsize=(4.2 * len(places), 4.4), layout="constrained")
+    axes = figure.subplots(1, len(places), sharey=True)
+    for ax, (at, words) in zip(axes, places.items(), strict=True):
+        for head in comparison.heads:
+            score = head.score["held_out"]
+            if score is None:
+                continue
+            ax.scatter(score, head.restored[at], color="C0")
+            ax.annotate(
+                head.head.removeprefix("decoder."),
+                (score, head.restored[at]),
+                fontsize=7,
+                xytext=(3, 3),
+                textcoords="offset points",
+            )
+        correlation = comparison.spearman["held_out"][at]
+        rho = "-" if correlation.rho is None else f"{correlation.rho:.2f}"
+        interval = "" if correlation.low is None else f" [{correlation.low:.2f}, {correlation.high:.2f}]"
+        ax.set_title(f"patched at {words}\nSpearman {rho}{interval}", fontsize=10)
+        ax.set_xlabel(f"{comparison.pattern} score (held-out)")
+        ax.axhline(0, color="grey", linewidth=0.5)
+    axes[0].set_ylabel("share of the answer restored")
+    figure.suptitle(f"Looking vs causing: {comparison.pairs} {comparison.construction} pairs")
+    return figure

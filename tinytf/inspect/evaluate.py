@@ -168,8 +168,8 @@ class TrainingWindow:
     def load_state_dict(self, state: dict) -> None:
         self.loss_sum.fill_(state["loss_sum"])
         self.steps = state["steps"]
-        self.snapshot_loss_sum.fill_(state["snapshot_loss_sum"])
-        self.snapshot_steps = state["snapshot_steps"]
+        self.snapshot_loss_sum.fill_(state.get("snapshot_loss_sum", 0.0))  # (none before snapshots existed)
+        self.snapshot_steps = state.get("snapshot_steps", 0)
 
     def summary(self, correct: Correct, grad_norm, lr: float, model: nn.Module) -> dict[str, float]:
         """The window's metrics (token/seq accuracy: `correct`, of its last batch; the weight

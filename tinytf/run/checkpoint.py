@@ -175,8 +175,9 @@ def training_state_problem(state: dict[Any, Any], fresh_optimizer: dict, optimiz
     by_rank = rng.get("torch_by_rank", [])
     if not isinstance(by_rank, list) or not all(isinstance(stream, torch.Tensor) for stream in by_rank):
         return "'rng'.'torch_by_rank' should be a list of tensors"
-    numbers = [window.get(key) for key in ("loss_sum", "snapshot_loss_sum")]
-    counts = [window.get(key) for key in ("steps", "snapshot_steps")]
+    # (a last.pt written before snapshots has no snapshot sums: nothing summed since one)
+    numbers = [window.get("loss_sum"), window.get("snapshot_loss_sum", 0.0)]
+    counts = [window.get("steps"), window.get("snapshot_steps", 0)]
     if not (all(isinstance(value, float) for value in numbers) and all(type(value) is int for value in counts)):
         return (
             "'window' should hold the numbers 'loss_sum' and 'snapshot_loss_sum' "

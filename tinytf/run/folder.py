@@ -80,13 +80,13 @@ class RunFolder:
 
     def snapshot(self, step: int) -> Path:
         """checkpoints/step-<step>.pt: the weights at `step` (train.snapshot_every)."""
-        return self.checkpoint(f"step-{step}")
+        return self.checkpoint(snapshot_name(step))
 
     def snapshots(self) -> list[tuple[int, Path]]:
         """Every snapshot the run holds, as (step, path), the earliest first."""
         folder = self.path / CHECKPOINTS
         paths = folder.glob("step-*.pt") if folder.is_dir() else []
-        found = [(int(match[1]), path) for path in paths if (match := SNAPSHOT.fullmatch(path.stem))]
+        found = [(int(match[1]), path) for path in paths if (match := SNAPSHOT.fullmatch(path.stem)) and path.is_file()]
         return sorted(found)
 
     def is_run(self) -> bool:
@@ -242,6 +242,18 @@ class RunFolder:
                 "or not a JSON object with a step); the other rows are kept"
             )
         return max(dropped, default=None)
+
+
+def snapshot_name(step: int) -> str:
+    """The checkpoint name of the snapshot of `step`: "step-<step>"."""
+    return f"step-{step}"
+
+
+def run_with(which: str | None) -> str | None:
+    """The checkpoint a run must hold to be picked as the newest (`newest_run`) for a
+    command that reads `which`: best or last itself; for a snapshot, any checkpoint (a
+    run's snapshots are its own: the command then says which it has)."""
+    return which if which in ("best", "last", None) else None
 
 
 def is_checkpoint_name(which: object) -> bool:

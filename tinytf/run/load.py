@@ -16,7 +16,7 @@ from tinytf.device import model_device
 from tinytf.errors import ConfigError, UserError
 from tinytf.model import Transformer
 from tinytf.run.checkpoint import CheckpointError, config_mismatch, load_checkpoint, weights_mismatch
-from tinytf.run.folder import SNAPSHOT, VOCAB_FILE, RunFolder, is_checkpoint_name, resolve_run
+from tinytf.run.folder import SNAPSHOT, VOCAB_FILE, RunFolder, is_checkpoint_name, resolve_run, run_with, snapshot_name
 from tinytf.run.setup import Setup, check_unchanged, load_run_setup, read_saved_config
 from tinytf.tasks import Task
 from tinytf.tasks.vocab import Vocabulary
@@ -54,7 +54,7 @@ def load_run(run_dir: str | Path | None = None, which: str = "best", device: str
     if not is_checkpoint_name(which):
         raise ValueError(f"which must be 'best', 'last' or a snapshot's 'step-<k>', not {which!r}")
     device = arguments.torch_device(device, "device")
-    folder = RunFolder(resolve_run(run_dir, which=which))
+    folder = RunFolder(resolve_run(run_dir, which=run_with(which)))
     setup = load_run_setup(folder.config, data=False)  # the saved vocabulary is all it needs
     setup = setup.with_vocab(Vocabulary.load(folder.vocab))
     state = _checked_state(folder, setup.config, which)
@@ -79,7 +79,7 @@ def missing_checkpoint(folder: RunFolder, which: str) -> str:
     steps = [step for step, _ in folder.snapshots()]
     if not steps:
         return f"no snapshot {which}: the run keeps none (train with train.snapshot_every: N to keep them)"
-    shown = [f"step-{step}" for step in steps]
+    shown = [snapshot_name(step) for step in steps]
     shown = ", ".join(shown if len(shown) <= 4 else [*shown[:3], "...", shown[-1]])
     return f"no snapshot {which}; the run has {shown}"
 

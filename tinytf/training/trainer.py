@@ -216,13 +216,13 @@ class Trainer:
         start_step = self.step
         for logger in self.loggers:
             logger.start(self.run_dir, start_step)
-        if self._snapshot_due(self.step >= self.settings.steps):  # step 0, or one a kill left unwritten
-            self._snapshot()
         window = self.window
         interrupted, diverged = False, None
         self.model.train()
         try:
             with self.job.noticing_failures():  # under torchrun: another process gone is a JobFailed
+                if self._snapshot_due(self.step >= self.settings.steps):  # step 0, or one a kill left unwritten
+                    self._snapshot()
                 step_model = self.job.wrap(self.model)  # under torchrun: DistributedDataParallel
                 if self.settings.compile:
                     step_model = torch.compile(step_model)

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tinytf.run.checkpoint import CheckpointError, load_checkpoint
-from tinytf.run.folder import RunFolder
+from tinytf.run.folder import RunFolder, snapshot_name
 
 
 @dataclass(frozen=True)
@@ -32,7 +32,7 @@ class CheckpointList:
             step = "?" if held.step is None else str(held.step)
             after = held.problem if held.problem is not None else _loss(held.train_loss)
             lines.append(f"{held.name:<12} {step:>8} {_size(held.bytes):>9}  {after}")
-        snapshots = [held for held in self.held if held.name.startswith("step-")]
+        snapshots = [held for held in self.held if held.name not in ("best", "last")]
         total = sum(held.bytes for held in snapshots)
         lines.append(f"{len(snapshots)} snapshots, {_size(total)} in all" if snapshots else "no snapshots")
         return "\n".join(lines)
@@ -46,17 +46,19 @@ def list_checkpoints(run_dir: Path) -> CheckpointList:
     read and checked (a damaged one says why instead of its step)."""
     folder = RunFolder(run_dir)
     names = [which for which in ("best", "last") if folder.checkpoint(which).is_file()]
-    names += [f"step-{step}" for step, _ in folder.snapshots()]
+    names += [snapshot_name(step) for step, _ in folder.snapshots()]
     held = []
     for name in names:
         path = folder.checkpoint(name)
         try:
+            size = path.stat().st_size
             state = load_checkpoint(path)
-        except CheckpointError as err:
-            held.append(Held(name, path.stat().st_size, None, problem=str(err).removeprefix(f"{path}: ")))
+        except (CheckpointError, OSError) as err:  # damaged, or gone since the folder was listed
+            problem = str(err).removeprefix(f"{path}: ") if isinstance(err, CheckpointError) else "gone"
+            held.append(Held(name, 0 if isinstance(err, OSError) else size, None, problem=problem))
             continue
         loss = state.get("train_loss")
-        held.append(Held(name, path.stat().st_size, state["step"], loss if isinstance(loss, float) else None))
+        held.append(Held(name, size, state["step"], loss if isinstance(loss, float) else None))
     return CheckpointList(folder.path, held)
 
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from tinytf.cli.commands import run_heading
-from tinytf.cli.commands.heads import write_csv
+from tinytf.cli.output import write_csv
 from tinytf.inspect.circuits import CircuitReport, circuit_report, render_text
 from tinytf.run.load import LoadedRun
 

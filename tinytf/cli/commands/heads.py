@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import csv
-import io
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from tinytf.cli.commands import first_held_out, run_heading
+from tinytf.cli.output import exact, write_csv
 from tinytf.inspect.heads import HeadReport, head_scores, render_text
 from tinytf.run.load import LoadedRun
 
@@ -70,17 +69,6 @@ def csv_rows(report: HeadReport) -> list[list[str]]:
     """A row per head: its name, label, each pattern's score (blank where it does not apply)
     and entropy, each number as Python writes it (read back, it is the same float)."""
     return [
-        [head.name, head.label, *(_number(head.scores.get(p)) for p in report.patterns), _number(head.entropy)]
+        [head.name, head.label, *(exact(head.scores.get(p)) for p in report.patterns), exact(head.entropy)]
         for head in report.heads
     ]
-
-
-def write_csv(header: list[str], rows: list[list[str]]) -> str:
-    out = io.StringIO()
-    writer = csv.writer(out, lineterminator="\n")
-    writer.writerows([header, *rows])
-    return out.getvalue().rstrip("\n")
-
-
-def _number(value: float | None) -> str:
-    return "" if value is None else repr(float(value))

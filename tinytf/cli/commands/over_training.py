@@ -21,12 +21,13 @@ from typing import TYPE_CHECKING
 
 from tinytf.cli.commands import first_held_out
 from tinytf.cli.commands.circuits import Circuits, circuits
-from tinytf.cli.commands.heads import csv_header, csv_rows, scores_of, write_csv
+from tinytf.cli.commands.heads import csv_header, csv_rows, scores_of
+from tinytf.cli.output import exact, write_csv
 from tinytf.errors import UserError
 from tinytf.inspect.circuits import CircuitReport
 from tinytf.inspect.evaluate import evaluate
 from tinytf.inspect.heads import HeadReport
-from tinytf.run.folder import RunFolder
+from tinytf.run.folder import RunFolder, snapshot_name
 from tinytf.run.load import LoadedRun
 
 if TYPE_CHECKING:
@@ -48,7 +49,7 @@ class Snapshot:
     held_out: dict[str, float]  # loss, token_acc and seq_acc on the run's whole held-out set
 
     def cells(self) -> list[str]:
-        return [str(self.step), _number(self.train_loss), *(_number(self.held_out[key]) for key in HELD_OUT)]
+        return [str(self.step), exact(self.train_loss), *(exact(self.held_out[key]) for key in HELD_OUT)]
 
     def to_dict(self) -> dict:
         return {"step": self.step, "train_loss": self.train_loss, "held_out": self.held_out}
@@ -66,7 +67,7 @@ def over_snapshots(loaded: LoadedRun, progress_bar: ProgressBar) -> Iterator[tup
     held_out = first_held_out(loaded, None)
     with progress_bar(len(steps), "snapshot", at_least=2) as progress:
         for step in steps:
-            at = loaded.at(f"step-{step}")
+            at = loaded.at(snapshot_name(step))
             yield Snapshot(step, at.train_loss, evaluate(at.model, at.framing, held_out)), at
             if progress is not None:
                 progress(1)
@@ -265,7 +266,7 @@ def circuits_over_training(loaded: LoadedRun, progress_bar: ProgressBar) -> Circ
     snapshots, found = [], []
     for snapshot, at in over_snapshots(loaded, progress_bar):
         snapshots.append(snapshot)
-        found.append(circuits(at, f"step-{snapshot.step}"))
+        found.append(circuits(at, snapshot_name(snapshot.step)))
     return CircuitsOverTraining(loaded.run_dir, snapshots, found)
 
 
@@ -296,7 +297,3 @@ def _step_words(step: int | None) -> str:
 
 def _short(value: float | None) -> str:
     return "" if value is None else f"{value:.3f}"
-
-
-def _number(value: float | None) -> str:
-    return "" if value is None else repr(float(value))
