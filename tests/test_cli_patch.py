@@ -43,6 +43,23 @@ def test_drawn_pairs_give_every_heads_share_of_the_answer_as_json(sentences_run)
     assert [r["restored"] for r in alone["results"]] == pytest.approx(pair["restored"], abs=1e-4)
 
 
+@pytest.mark.parametrize("at", ["last", "deciding"])
+def test_drawn_pairs_patched_at_one_position_each_are_the_library_s_patch(sentences_run, at):
+    from tinytf.inspect.patching import patch, prompts_of
+    from tinytf.run.load import load_run
+    from tinytf.tasks.base import MinimalPair
+
+    args = ["--run", sentences_run, "--pairs", 20, "--construction", "subject", "--at", at, "--format", "json"]
+    report = json.loads(invoke("patch", *args).stdout)
+    assert report["at"] == at
+    run = load_run(sentences_run)
+    pairs = [MinimalPair(p["clean"], p["corrupt"], p["answer"], p["wrong"]) for p in report["per_pair"]]
+    expected = patch(run.model, prompts_of(run.framing, pairs, 64), "head", at=at)
+    assert [r["restored"] for r in report["results"]] == pytest.approx([r.restored for r in expected.results], abs=1e-6)
+    table = invoke("patch", *args[:-2]).stdout.splitlines()
+    assert all(line.split()[3] == at for line in table[3:])
+
+
 def test_one_pair_by_layer_and_position_restores_all_where_the_prompts_differ(sentences_run):
     one_pair = ["--clean", "the cat near the dogs", "--corrupt", "the cats near the dogs"]
     result = invoke(
@@ -81,6 +98,10 @@ def test_one_pair_by_layer_and_position_restores_all_where_the_prompts_differ(se
         (
             ["--pairs", 5, "--construction", "subjct"],
             "--construction subjct: one of subject, coreference, semantic for sentences; did you mean 'subject'?",
+        ),
+        (
+            [*ONE_PAIR, "--by", "layer-position", "--at", "last"],
+            "--at last picks where each head is patched: it goes with --by head, not --by layer-position",
         ),
     ],
 )

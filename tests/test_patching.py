@@ -67,6 +67,33 @@ def test_a_heads_patch_is_the_replacement_written_by_hand(model_and_vocab):
     assert len(report.results) == 2 * 2  # layers x heads
 
 
+def test_a_head_patched_at_the_last_position_or_the_deciding_word_is_that_position_s_patch(model_and_vocab):
+    # One length, one deciding position (the subject's noun, position 2): at="last" and
+    # at="deciding" are by="head-position"'s values at those positions.
+    model, framing = model_and_vocab
+    groups = prompts_of(framing, minimal_pairs("subject", 20, seed=0), 64)
+    ((prompts,),) = [groups]
+    deciding = (prompts.clean != prompts.corrupt).nonzero()[:, 1].unique().tolist()
+    assert deciding == [2]
+    by_position = {(r.layer, r.head, r.position): r.restored for r in patch(model, groups, "head-position").results}
+    last = prompts.clean.size(1) - 1
+    for at, position in (("last", last), ("deciding", 2)):
+        report = patch(model, groups, "head", at=at)
+        assert report.at == at and report.to_dict()["at"] == at
+        for result in report.results:
+            assert result.position is None
+            assert result.restored == pytest.approx(by_position[(result.layer, result.head, position)], abs=1e-6)
+
+
+def test_at_names_where_each_head_is_patched_and_only_by_head(model_and_vocab):
+    model, framing = model_and_vocab
+    groups = prompts_of(framing, minimal_pairs("subject", 4, seed=0), 64)
+    with pytest.raises(ValueError, match="at='first': one of all, last, deciding"):
+        patch(model, groups, "head", at="first")
+    with pytest.raises(ValueError, match="only 'all' unless by='head'"):
+        patch(model, groups, "head-position", at="last")
+
+
 def test_pairs_of_different_lengths_are_grouped_and_every_pair_counts(model_and_vocab):
     model, framing = model_and_vocab
     pairs = minimal_pairs("subject", 10, seed=0) + minimal_pairs("semantic", 20, seed=0)  # 5 words, and 6

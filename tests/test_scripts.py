@@ -231,6 +231,14 @@ def test_phase_change_prints_a_row_per_seed_and_draws_the_figure(tmp_path):
 
 
 @pytest.mark.slow
+def test_looking_causing_prints_a_row_per_construction():
+    done = run_script("scripts/looking_causing.py", "--seeds", "0", "--steps", "300", "--pairs", "20")
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("| construction | seeds 0, patched at every position |")
+    assert [line.split(" | ")[0] for line in lines[2:]] == ["| subject", "| coreference", "| semantic"]
+
+
+@pytest.mark.slow
 def test_viewer_screenshot_sizes_prints_a_line_per_config():
     configs = ["configs/quickstart.yaml", "configs/rasp/sort.yaml"]
     done = run_script("scripts/viewer_screenshot.py", "--sizes", *configs)

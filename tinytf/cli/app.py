@@ -89,7 +89,15 @@ def train(
 
 # --------------------------------------------------------------------------- looking inside: looking.py
 
-for command in (looking.attend, looking.heads, looking.circuits, looking.patch, looking.attribute, looking.checkpoints):
+for command in (
+    looking.attend,
+    looking.heads,
+    looking.circuits,
+    looking.patch,
+    looking.attribute,
+    looking.compare,
+    looking.checkpoints,
+):
     app.command()(command)
 
 

@@ -18,6 +18,7 @@ from tinytf.cli.options import (
     FigureFormat,
     OutOption,
     OverTrainingOption,
+    PatchAt,
     PatchBy,
     PatchFormat,
     RunOption,
@@ -114,14 +115,20 @@ def heads(
     from tinytf.cli.commands.over_training import scores_over_training
 
     check_figure_out(out, output_format.value, "heads")
+    if ablate is not None and output_format in (FigureFormat.csv, FigureFormat.png):
+        raise UserError(
+            f"--ablate with --format {output_format.value}: what ablation costs shows in the table and JSON"
+        )
     if over_training:
         check_over_training(checkpoint, ablate=ablate is not None)
     table = output_format is FigureFormat.table and out is None  # on the terminal: the table's first line
-    with chosen_run(run, runs_dir, "last" if over_training else checkpoint, heading=table) as loaded:
+    with chosen_run(run, runs_dir, "last" if over_training else checkpoint, heading=table or over_training) as loaded:
         if over_training:
             report = scores_over_training(loaded, n, text, progress_bar)
         else:
             report = score_heads(loaded, checkpoint, n, text, None if ablate is None else ablate.value)
+    if over_training and run is None and not table:  # (its table names the run in its first line)
+        typer.echo(f"run {loaded.run_dir} (every snapshot)", err=True)
     show_figure(report, output_format.value, out, "heads")
 
 
@@ -152,8 +159,10 @@ def circuits(
     if over_training:
         check_over_training(checkpoint, ablate=False)
     table = output_format is FigureFormat.table and out is None
-    with chosen_run(run, runs_dir, "last" if over_training else checkpoint, heading=table) as loaded:
+    with chosen_run(run, runs_dir, "last" if over_training else checkpoint, heading=table or over_training) as loaded:
         report = circuits_over_training(loaded, progress_bar) if over_training else read_circuits(loaded, checkpoint)
+    if over_training and run is None and not table:
+        typer.echo(f"run {loaded.run_dir} (every snapshot)", err=True)
     show_figure(report, output_format.value, out, "circuits")
 
 
@@ -184,6 +193,10 @@ def patch(
     by: Annotated[
         PatchBy, typer.Option("--by", help="Patch each head, or each head or layer at each position.")
     ] = PatchBy.head,
+    at: Annotated[
+        PatchAt,
+        typer.Option("--at", help="With --by head: patch each head at every position, the last, or the deciding word."),
+    ] = PatchAt.all,
     output_format: Annotated[PatchFormat, typer.Option("--format")] = PatchFormat.table,
     out: Annotated[Path | None, typer.Option("--out", help="File for png (default: a new patch.png).")] = None,
 ) -> None:
@@ -197,9 +210,13 @@ def patch(
     from tinytf.cli.commands.patch import PairDraw, patched
 
     check_out(out, output_format.value, ("png",), "patch.png")
+    if at is not PatchAt.all and by is not PatchBy.head:
+        raise UserError(
+            f"--at {at.value} picks where each head is patched: it goes with --by head, not --by {by.value}"
+        )
     draw = PairDraw(clean, corrupt, answer, wrong, pairs, construction)
     with chosen_run(run, runs_dir, checkpoint, heading=output_format is PatchFormat.table) as loaded:
-        report = patched(loaded, draw, by.value, checkpoint)
+        report = patched(loaded, draw, by.value, checkpoint, at.value)
     if output_format is PatchFormat.png:
         show_note(report)
         typer.echo(f"wrote {report.write_png(out)}")
@@ -227,6 +244,36 @@ def attribute(
     with chosen_run(run, runs_dir, checkpoint, heading=output_format is TableFormat.table) as loaded:
         report = attributed(loaded, text, answer, wrong, checkpoint)
     show(report, as_json=output_format is TableFormat.json)
+
+
+@user_errors_exit_2
+def compare(
+    construction: Annotated[str, typer.Option("--construction", help=f"Of these pairs: {CONSTRUCTION_HELP}.")],
+    run: RunOption = None,
+    runs_dir: RunsDirOption = Path("runs"),
+    checkpoint: CheckpointOption = "best",
+    pairs: Annotated[int, typer.Option("--pairs", min=2, max=10_000, help="Minimal pairs to patch.")] = 200,
+    n: Annotated[
+        int | None, typer.Option("--n", min=1, help="Held-out inputs to score. Default: 200, or all if fewer.")
+    ] = None,
+    output_format: Annotated[FigureFormat, typer.Option("--format", help="png: a scatter per place.")] = (
+        FigureFormat.table
+    ),
+    out: OutOption = None,
+) -> None:
+    """Where each head looks beside what it causes: its attention score for the construction's
+    pattern against the share of the answer it restores when patched at every position, at
+    the last one and at the deciding word, with Spearman's rank correlation across heads.
+
+    Example: tinytf compare --construction coreference
+    """
+    from tinytf.cli.commands.compare import compared
+
+    check_figure_out(out, output_format.value, "compare")
+    table = output_format is FigureFormat.table and out is None
+    with chosen_run(run, runs_dir, checkpoint, heading=table) as loaded:
+        report = compared(loaded, checkpoint, construction, pairs, n)
+    show_figure(report, output_format.value, out, "compare")
 
 
 # --------------------------------------------------------------------------- checkpoints

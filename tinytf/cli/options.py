@@ -82,6 +82,12 @@ class PatchBy(str, Enum):
     layer_position = "layer-position"
 
 
+class PatchAt(str, Enum):
+    all = "all"
+    last = "last"
+    deciding = "deciding"
+
+
 class PatchFormat(str, Enum):
     table = "table"
     json = "json"

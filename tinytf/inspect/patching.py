@@ -23,6 +23,8 @@ against "13").
 Components, by hook name (hooks.py), for a decoder-only model:
 
     by="head"            each head's output `decoder.L.self.z[:, h]`, at every position at once
+                         (at="all"), at each prompt's last position ("last"), or where the
+                         pair's prompts differ, the deciding word ("deciding")
     by="head-position"   the same, one position at a time
     by="layer-position"  `resid_pre`, `attn_out` and `mlp_out` of each layer, one position at a time
 """
@@ -45,6 +47,7 @@ from tinytf.model.transformer import check_ids
 from tinytf.tasks.base import MinimalPair
 
 BY = ("head", "head-position", "layer-position")
+AT = ("all", "last", "deciding")  # where by="head" patches each head: every position, the last, the deciding word
 LAYER_COMPONENTS = ("resid_pre", "attn_out", "mlp_out")
 # The least gap LD_clean - LD_corrupt a share restored is divided by: below it, noise of a
 # few hundredths of a logit would read as restoring many times the whole difference.
@@ -95,6 +98,7 @@ class PatchReport:
     clean_correct: float  # the share of pairs whose clean LD is above 0
     results: list[Patched] = field(default_factory=list)  # restored from the averaged LDs
     per_pair: list[PairPatched] = field(default_factory=list)  # one per pair, grouped by prompt length
+    at: str = "all"  # where by="head" patched each head (AT)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -208,15 +212,18 @@ def logit_difference(logits: torch.Tensor, answer: torch.Tensor, wrong: torch.Te
     return last.gather(1, answer.long()[:, None])[:, 0] - last.gather(1, wrong.long()[:, None])[:, 0]
 
 
-def patch(model: Transformer, groups: Sequence[Prompts], by: str = "head") -> PatchReport:
+def patch(model: Transformer, groups: Sequence[Prompts], by: str = "head", at: str = "all") -> PatchReport:
     """Patch every component of `by` (see the module docstring) from each clean prompt into
-    its corrupted one, over `groups` of pairs (pairs of one length each); `model` in eval mode."""
+    its corrupted one, over `groups` of pairs (pairs of one length each), by="head" at the
+    positions `at` names; `model` in eval mode."""
     arguments.instance(model, "model", Transformer, "a tinytf Transformer")
     groups = arguments.sequence_of(groups, "groups", Prompts, "Prompts (prompts_of(...))")
     for index, prompts in enumerate(groups):
         _check_prompts(prompts, f"groups[{index}]", model.vocab_size)
     if by not in BY:
         raise ValueError(f"by={by!r}: one of {', '.join(BY)}")
+    if at not in AT or (at != "all" and by != "head"):
+        raise ValueError(f"at={at!r}: one of {', '.join(AT)}, and only 'all' unless by='head'")
     if by != "head" and len(groups) > 1:
         lengths = " and ".join(str(prompts.clean.size(1)) for prompts in groups)
         raise UserError(
@@ -224,7 +231,7 @@ def patch(model: Transformer, groups: Sequence[Prompts], by: str = "head") -> Pa
         )
     if not model.is_decoder_only:
         raise UserError("activation patching reads decoder-only models (the next token after a prompt)")
-    runs = [_patch_group(model, prompts, by) for prompts in groups]
+    runs = [_patch_group(model, prompts, by, at) for prompts in groups]
     pairs = sum(len(prompts.answer) for prompts in groups)
     ld_clean = sum(float(run.clean.sum()) for run in runs) / pairs
     ld_corrupt = sum(float(run.corrupt.sum()) for run in runs) / pairs
@@ -234,7 +241,7 @@ def patch(model: Transformer, groups: Sequence[Prompts], by: str = "head") -> Pa
             f"{abs(ld_clean - ld_corrupt):.2g} apart, under {MIN_LD_GAP}: too close to normalise by; "
             "is the model trained, and do the prompts differ where it reads?"
         )
-    report = PatchReport(pairs, ld_clean, ld_corrupt, sum(float((run.clean > 0).sum()) for run in runs) / pairs)
+    report = PatchReport(pairs, ld_clean, ld_corrupt, sum(float((run.clean > 0).sum()) for run in runs) / pairs, at=at)
     for key in runs[0].patched:
         ld_patched = sum(float(run.patched[key].sum()) for run in runs) / pairs
         restored = (ld_patched - ld_corrupt) / (ld_clean - ld_corrupt)
@@ -276,7 +283,7 @@ class _GroupRun:
 
 
 @torch.no_grad()
-def _patch_group(model: Transformer, prompts: Prompts, by: str) -> _GroupRun:
+def _patch_group(model: Transformer, prompts: Prompts, by: str, at: str) -> _GroupRun:
     """One forward pass per component over a group of same-length pairs."""
 
     def ld(logits: torch.Tensor) -> torch.Tensor:
@@ -286,15 +293,16 @@ def _patch_group(model: Transformer, prompts: Prompts, by: str) -> _GroupRun:
     patched = ("z",) if by != "layer-position" else LAYER_COMPONENTS
     clean_logits, cache = model.run_with_cache(prompts.clean, names=lambda name: is_value(name, *patched))
     run = _GroupRun(ld(clean_logits), ld(model(prompts.corrupt)), {})
-    for key, name, replace in _components(model, cache, by, prompts.clean.size(1)):
+    for key, name, replace in _components(model, cache, by, prompts.clean.size(1), _at_mask(prompts, at)):
         run.patched[key] = ld(model.run_with_hooks(prompts.corrupt, hooks={name: replace}))
     return run
 
 
 def _components(
-    model: Transformer, cache: dict[str, torch.Tensor], by: str, length: int
+    model: Transformer, cache: dict[str, torch.Tensor], by: str, length: int, mask: torch.Tensor | None
 ) -> Iterator[tuple[tuple[str, int, int | None, int | None], str, Callable[[torch.Tensor], torch.Tensor]]]:
-    """(result key, hook name, replacement) for each component of `by`."""
+    """(result key, hook name, replacement) for each component of `by`; `mask` (N, T): the
+    positions by="head" patches in each row (None: every one)."""
     layers, heads = len(model.decoder.layers), model.config.n_heads
     positions = [None] if by == "head" else range(length)
     if by in ("head", "head-position"):
@@ -303,7 +311,10 @@ def _components(
             for head in range(heads):
                 for position in positions:
                     where = (slice(None), head, slice(None) if position is None else position)
-                    yield ("z", layer, head, position), name, _from_clean(cache[name], where)
+                    replace = (
+                        _from_clean(cache[name], where) if mask is None else _from_clean_at(cache[name], head, mask)
+                    )
+                    yield ("z", layer, head, position), name, replace
         return
     for layer in range(layers):
         for component in LAYER_COMPONENTS:
@@ -319,6 +330,28 @@ def _from_clean(clean: torch.Tensor, where: tuple) -> Callable[[torch.Tensor], t
     def replace(value: torch.Tensor) -> torch.Tensor:
         value = value.clone()
         value[where] = clean[where]
+        return value
+
+    return replace
+
+
+def _at_mask(prompts: Prompts, at: str) -> torch.Tensor | None:
+    """(N, T) bool: the positions of each pair where by="head" patches for `at`; None: all."""
+    if at == "all":
+        return None
+    if at == "deciding":
+        return prompts.clean != prompts.corrupt  # the tokens of the word that decides the answer
+    mask = torch.zeros(prompts.clean.shape, dtype=torch.bool)
+    mask[:, -1] = True  # the prompt's last position: where the answer is read
+    return mask
+
+
+def _from_clean_at(clean: torch.Tensor, head: int, mask: torch.Tensor) -> Callable[[torch.Tensor], torch.Tensor]:
+    """A hook that puts the clean run's output of `head` into the corrupted run's where `mask` (N, T) holds."""
+
+    def replace(value: torch.Tensor) -> torch.Tensor:  # (N, H, T, D_h)
+        value = value.clone()
+        value[:, head] = torch.where(mask.to(value.device)[..., None], clean[:, head], value[:, head])
         return value
 
     return replace

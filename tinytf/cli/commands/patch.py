@@ -82,7 +82,7 @@ class Patched:
         ]
         for result in sorted(report.results, key=lambda result: -abs(result.restored)):
             head = "-" if result.head is None else result.head
-            position = "all" if result.position is None else result.position
+            position = report.at if result.position is None else result.position
             lines.append(f"{result.component:<10} {result.layer:>5} {head:>4} {position:>8} {result.restored:>8.3f}")
         return "\n".join(lines)
 
@@ -96,10 +96,11 @@ class Patched:
         return path
 
 
-def patched(loaded: LoadedRun, draw: PairDraw, by: str, checkpoint: str) -> Patched:
-    """Each head's or layer's activation patched from clean into corrupted over the pairs of `draw`."""
+def patched(loaded: LoadedRun, draw: PairDraw, by: str, checkpoint: str, at: str = "all") -> Patched:
+    """Each head's or layer's activation patched from clean into corrupted over the pairs of
+    `draw` (by head: at the positions `at` names)."""
     groups = prompts_of(loaded.framing, draw.pairs(loaded), loaded.config.model.max_len)
-    report = patch(loaded.model, groups, by)
+    report = patch(loaded.model, groups, by, at)
     if draw.n is not None:
         return Patched(loaded, report, None, checkpoint, None)
     # The pair's tokens, "clean/corrupted" where the prompts differ
