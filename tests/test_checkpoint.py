@@ -85,7 +85,7 @@ def test_a_checkpoint_of_another_tinytf_version_says_so(tmp_path):
 def test_a_checkpoint_that_is_not_ours_is_refused_without_torch_s_advice(tmp_path):
     path = tmp_path / "foreign.pt"
     torch.save({"model": torch.nn.Linear(2, 2)}, path)  # a pickled module, as other tools save
-    with pytest.raises(Exception) as caught:
+    with pytest.raises(CheckpointError) as caught:
         load_checkpoint(path)
     message = str(caught.value)
     assert "not a tinytf checkpoint" in message and "not loaded" in message and "weights_only" not in message

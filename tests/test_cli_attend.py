@@ -104,7 +104,13 @@ def test_attend_one_layer_and_head(trained):
     result = invoke("attend", "1 2 3", "--runs-dir", runs, "--format", "json", "--layer", "1", "--head", "1")
     assert result.exit_code == 0, result.output
     entries = json.loads(result.stdout)["attention"]
-    assert entries and all(entry["layer"] == 1 and len(entry["weights"]) == 1 for entry in entries)
+    whole = json.loads(invoke("attend", "1 2 3", "--runs-dir", runs, "--format", "json").stdout)["attention"]
+    assert [entry["heads"] for entry in whole] == [list(range(len(entry["weights"]))) for entry in whole]
+    layer_1 = [entry for entry in whole if entry["layer"] == 1]
+    assert entries and [(e["stack"], e["kind"]) for e in entries] == [(e["stack"], e["kind"]) for e in layer_1]
+    for one, all_heads in zip(entries, layer_1, strict=True):  # head 1 itself: its weights in the full report
+        assert one["layer"] == 1 and one["heads"] == [1]
+        assert one["weights"] == [all_heads["weights"][1]]
 
 
 @pytest.mark.parametrize("trained", ["decoder", "encoder-decoder"], indirect=True)

@@ -6,6 +6,11 @@ import json
 import pytest
 from conftest import assert_user_error, invoke, tiny_data, train_tiny_run, write_config
 
+from tinytf.cli.commands import first_held_out
+from tinytf.inspect.patching import patch, prompts_of
+from tinytf.run.load import load_run
+from tinytf.tasks.base import MinimalPair
+
 SENTENCES = {"name": "sentences", "min_len": 3, "max_len": 10, "eval_size": 20}
 ONE_PAIR = ["--clean", "the cat", "--corrupt", "the cats", "--answer", "sleeps", "--wrong", "sleep"]
 
@@ -27,7 +32,13 @@ def test_drawn_pairs_give_every_heads_share_of_the_answer_as_json(sentences_run)
     result = invoke("patch", "--run", sentences_run, "--pairs", 20, "--construction", "subject", "--format", "json")
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
-    assert report["pairs"] == 20 and 0 <= report["clean_correct"] <= 1
+    assert report["pairs"] == 20
+    assert report["clean_correct"] == sum(pair["ld_clean"] > 0 for pair in report["per_pair"]) / 20
+    run = load_run(sentences_run)  # the library's patch of the same pairs: the same shares restored
+    drawn = run.task.held_out_pairs("subject", 20, seed=run.config.seed)
+    assert sorted((p.clean, p.corrupt) for p in drawn) == sorted((p["clean"], p["corrupt"]) for p in report["per_pair"])
+    expected = patch(run.model, prompts_of(run.framing, drawn, 64), "head")
+    assert [r["restored"] for r in report["results"]] == pytest.approx([r.restored for r in expected.results], abs=1e-6)
     assert {"ld_clean", "ld_corrupt"} <= report.keys()
     heads = {(r["layer"], r["head"]) for r in report["results"]}
     assert heads == {(layer, head) for layer in range(2) for head in range(2)}
@@ -45,10 +56,6 @@ def test_drawn_pairs_give_every_heads_share_of_the_answer_as_json(sentences_run)
 
 @pytest.mark.parametrize("at", ["last", "deciding"])
 def test_drawn_pairs_patched_at_one_position_each_are_the_library_s_patch(sentences_run, at):
-    from tinytf.inspect.patching import patch, prompts_of
-    from tinytf.run.load import load_run
-    from tinytf.tasks.base import MinimalPair
-
     args = ["--run", sentences_run, "--pairs", 20, "--construction", "subject", "--at", at, "--format", "json"]
     report = json.loads(invoke("patch", *args).stdout)
     assert report["at"] == at
@@ -179,6 +186,14 @@ def test_a_modular_addition_decoder_is_patched_on_pairs_of_its_held_out_sums(tmp
     assert result.exit_code == 0, result.output
     report = json.loads(result.stdout)
     assert report["pairs"] == 30 and {(r["layer"], r["head"]) for r in report["results"]} == {(0, 0), (0, 1)}
+    loaded = load_run(run)
+    held_out = {tuple(loaded.vocab.decode(source[:2])) for source in first_held_out(loaded, None).source.tolist()}
+    trained = {(str(a), str(b)) for a in range(11) for b in range(11)} - held_out
+    for pair in report["per_pair"]:  # both prompts held-out sums, which training never saw; b alone changed
+        clean, corrupt = tuple(pair["clean"].split()), tuple(pair["corrupt"].split())
+        assert clean in held_out and corrupt in held_out and not {clean, corrupt} & trained
+        assert clean[0] == corrupt[0] and clean[1] != corrupt[1]
+        assert (pair["answer"], pair["wrong"]) == tuple(str((int(a) + int(b)) % 11) for a, b in (clean, corrupt))
     assert_user_error(invoke("patch", "--run", run, "--pairs", 5), "--pairs 5 needs --construction (a, b)")
     assert_user_error(
         invoke("patch", "--run", run, "--pairs", 5, "--construction", "subject"),

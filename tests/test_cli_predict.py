@@ -10,6 +10,7 @@ import torch
 from conftest import TINY, assert_user_error, invoke, tiny_data, unblocked_after, write_config
 
 from tinytf.cli import output
+from tinytf.cli.commands import first_held_out
 from tinytf.config import config_from_dict
 from tinytf.data.framing import get_framing
 from tinytf.data.language_model import LM_CONTINUATION
@@ -30,13 +31,20 @@ def test_predict_and_eval(trained, tmp_path):
     lines = [json.loads(line) for line in many.stdout.splitlines()]
     # one output per line of the file, an empty one for the blank line
     assert [line["input"] for line in lines] == [["3", "1", "2"], [], ["0", "0", "4", "1"], ["2", "2", "2"]]
-    assert all(isinstance(line["output"], list) for line in lines)
+    loaded = load_run(run_dir)
+    alone = [
+        predict(loaded.model, loaded.framing, [text])[0][1] if text else []
+        for text in ("3 1 2", "", "0 0 4 1", "2 2 2")
+    ]
+    assert [line["output"] for line in lines] == alone  # each answered as if alone, the blank line empty
+    assert single.stdout.split() == alone[0]
 
     scored = invoke("eval", "--runs-dir", runs, "--n", "25")
     assert scored.exit_code == 0, scored.output
-    assert "25 held-out examples" in scored.stdout
-    for metric in ("loss", "token_acc", "seq_acc"):
-        assert metric in scored.stdout
+    assert scored.stdout.splitlines()[0].endswith(", 25 held-out examples")
+    printed = dict(line.strip().split(": ") for line in scored.stdout.splitlines()[1:])
+    expected = evaluate(loaded.model, loaded.framing, first_held_out(loaded, 25))  # the library, the same 25
+    assert printed == {key: f"{value:.4f}" for key, value in expected.items()}
 
 
 def greedy_continuation(loaded, prompt):

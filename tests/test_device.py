@@ -14,10 +14,10 @@ from tinytf.training.distributed import OneProcess
 from tinytf.training.trainer import _assemble
 
 
-def test_unavailable_device_is_a_user_error():
-    if not torch.cuda.is_available():
-        with pytest.raises(UserError, match="no cuda device"):
-            select_device("cuda")
+def test_unavailable_device_is_a_user_error(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)  # a machine without a GPU, even on one with
+    with pytest.raises(UserError, match="no cuda device"):
+        select_device("cuda")
     assert select_device("cpu").type == "cpu"
 
 

@@ -226,9 +226,19 @@ def test_a_torchrun_run_resumes_in_one_process(equal_runs, tmp_path):
     (run_dir,) = (equal_runs["folder"] / "two").iterdir()
     copy = tmp_path / "copy"
     subprocess.run(["cp", "-r", str(run_dir), str(copy)], check=True)
-    config = tiny_config(**{**EQUAL, "train": {**EQUAL["train"], "stop_at_accuracy": None, "steps": 54}})
+    # (the schedule of the 300 steps it was trained for: the rates of steps 51-54 unchanged)
+    config = tiny_config(
+        **{**EQUAL, "train": {**EQUAL["train"], "stop_at_accuracy": None, "steps": 54, "decay_steps": 300}}
+    )
     result = train(config, resume=copy)
     assert result.step == 54 and read_metrics(copy)[-1]["step"] == 54
+    # and goes on as one process trained from the start would: the same losses, up to rounding
+    whole = train(config, runs_dir=tmp_path / "whole").run_dir
+    resumed, expected = (
+        [(r["step"], r["split"], r["loss"]) for r in read_metrics(run) if r["step"] > 50] for run in (copy, whole)
+    )
+    assert [row[:2] for row in resumed] == [row[:2] for row in expected] and len(resumed) >= 3
+    assert [row[2] for row in resumed] == pytest.approx([row[2] for row in expected], rel=1e-4)
 
 
 def kill_all(pids):

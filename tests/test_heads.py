@@ -279,7 +279,17 @@ def test_heads_json_has_the_documented_shape(run_dir, tmp_path):
         "token_acc_change",
         "seq_acc_change",
     }
-    assert all(0 <= value <= 1 for h in data["heads"] for value in h["scores"].values() if value is not None)
+    from tinytf.cli.commands import first_held_out
+    from tinytf.run.load import load_run
+
+    run = load_run(run_dir)  # the library, on the same 10 held-out inputs, gives the same numbers
+    expected = head_scores(run.model, run.framing, first_held_out(run, 10), ablate="mean")
+    assert [h["scores"] for h in data["heads"]] == [pytest.approx(e.scores, abs=1e-6) for e in expected.heads]
+    assert [h["ablation"] for h in data["heads"]] == [pytest.approx(e.ablation, abs=1e-6) for e in expected.heads]
+    for h in data["heads"]:  # each change is against the intact model
+        for metric in ("loss", "token_acc", "seq_acc"):
+            change = h["ablation"][metric] - data["intact"][metric]
+            assert h["ablation"][f"{metric}_change"] == pytest.approx(change, abs=1e-9)
 
 
 def test_heads_on_one_typed_input(run_dir):

@@ -1,6 +1,8 @@
 """Head-pattern scores logged during training (log.head_scores): what the loggers get,
 what TensorBoard holds, the score grid's picture, and that scoring never changes the run."""
 
+import io
+
 import numpy as np
 import pytest
 import torch
@@ -9,6 +11,7 @@ from conftest import tiny_config
 from tinytf.config import config_from_dict
 from tinytf.data.framing import get_framing
 from tinytf.data.heldout import TaskData
+from tinytf.errors import ConfigError
 from tinytf.inspect.heads import GENERIC_PATTERNS, HeadReport, HeadScore, head_scores
 from tinytf.inspect.viz import HeadScoreImages, head_column_name, head_scores_figure
 from tinytf.run.checkpoint import load_checkpoint
@@ -81,15 +84,22 @@ def test_head_scores_off_logs_none():
 def test_head_scores_is_a_strict_boolean_config_key():
     assert config_from_dict({}).log.head_scores is True
     assert config_from_dict({"log": {"head_scores": False}}).log.head_scores is False
-    with pytest.raises(Exception, match="head_scores"):
+    with pytest.raises(ConfigError, match="head_scores"):
         config_from_dict({"log": {"head_scores": "yes"}})
 
 
 def test_loggers_that_do_not_want_head_scores_ignore_them(tmp_path):
     report = report_of([{"self": 0.5, "first": 0.2}])
-    for logger in (NullLogger(), MetricsFileLogger(tmp_path / "metrics.jsonl"), ProgressBarLogger(10)):
-        assert logger.heads(3, report) is None
-    assert not (tmp_path / "metrics.jsonl").exists()
+    metrics, shown = MetricsFileLogger(tmp_path / "metrics.jsonl"), io.StringIO()
+    bar = ProgressBarLogger(10, file=shown)
+    bar.start(None, 0)
+    for logger in (metrics, bar):
+        logger.metrics(3, "train", {"loss": 1.5, "token_acc": 0.5, "seq_acc": 0.25, "tokens_per_s": 100.0})
+    written, drawn, postfix = (tmp_path / "metrics.jsonl").read_bytes(), shown.getvalue(), bar.bar.postfix
+    for logger in (NullLogger(), metrics, bar):
+        logger.heads(3, report)
+    assert (tmp_path / "metrics.jsonl").read_bytes() == written  # no row for the scores
+    assert (shown.getvalue(), bar.bar.postfix) == (drawn, postfix)  # nor a word on the bar
 
 
 # ---- TensorBoard

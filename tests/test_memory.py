@@ -67,7 +67,10 @@ def test_a_training_step_keeps_no_more_than_its_estimate(arch, dropout):
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
         scored_loss(model(**batch.model_inputs()), batch.labels)
     step = ("a training step's activations", "a training step's attention weights", "the logits")
-    assert sum(saved.values()) <= sum(part(config, what) for what in step)
+    estimated = sum(part(config, what) for what in step)
+    # an upper bound, and not a loose one: 2 to 4 times what is saved (a config refused for an
+    # estimate far too high would be a config the machine could train)
+    assert estimated / 5 <= sum(saved.values()) <= estimated
 
 
 @pytest.mark.parametrize(

@@ -42,7 +42,8 @@ def test_patching_restores_all_at_the_differing_word_and_nothing_elsewhere(model
     entering = {r.position: r.restored for r in report.results if (r.component, r.layer) == ("resid_pre", 0)}
     assert entering[2] == pytest.approx(1.0, abs=1e-5)
     assert all(restored == pytest.approx(0.0, abs=1e-5) for position, restored in entering.items() if position != 2)
-    assert report.pairs == 20 and 0 <= report.clean_correct <= 1
+    assert report.pairs == 20
+    assert report.clean_correct == sum(pair.ld_clean > 0 for pair in report.per_pair) / 20
 
 
 def test_a_heads_patch_is_the_replacement_written_by_hand(model_and_vocab):

@@ -153,6 +153,7 @@ def test_resume_after_a_kill_drops_metrics_past_the_checkpoint_and_stale_tempora
     assert [(r["step"], r["split"], r["loss"]) for r in resumed] == [
         (r["step"], r["split"], r["loss"]) for r in read_metrics(whole.run_dir)
     ]
+    assert_same_weights(final_weights(whole.run_dir), final_weights(run_dir))  # and the same weights, bit for bit
 
 
 def test_the_steps_a_resume_says_it_redoes_end_where_its_budget_does(tmp_path):
@@ -257,10 +258,13 @@ def test_ctrl_c_saves_and_prints_the_resume_command(tmp_path):
 def test_resuming_a_finished_run_trains_on_only_when_asked(trained, tmp_path):
     run_dir = copy_run(trained[1], tmp_path)
     steps_before = load_checkpoint(RunFolder(run_dir).checkpoint("last"))["step"]
+    kept = {name: digest for name, digest in snapshot(run_dir).items() if name.startswith("checkpoints/")}
+    kept["metrics.jsonl"] = snapshot(run_dir)["metrics.jsonl"]
     again = invoke("train", "--resume", run_dir)
     assert again.exit_code == 0, again.output
     assert again.stdout.startswith(f"resumed from step {steps_before} (last.pt)\nrun {run_dir}\n")  # nothing redone
-    assert load_checkpoint(RunFolder(run_dir).checkpoint("last"))["step"] == steps_before
+    after = snapshot(run_dir)
+    assert {name: after.get(name) for name in kept} == kept  # no weight retrained, no metric rewritten
 
 
 @pytest.mark.parametrize("trained", ["decoder"], indirect=True)

@@ -144,7 +144,7 @@ def test_a_killed_trainer_leaves_no_lock_behind(run, tmp_path):
     process = subprocess.Popen([sys.executable, "-c", holder], stdout=subprocess.PIPE, text=True, env=SUBPROCESS_ENV)
     try:
         assert process.stdout.readline().strip() == "locked"  # blocks until the lock is held
-        with pytest.raises(Exception, match="is being trained by process"), RunFolder(run).locked():
+        with pytest.raises(UserError, match="is being trained by process"), RunFolder(run).locked():
             pass
     finally:
         process.send_signal(signal.SIGKILL)

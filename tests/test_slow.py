@@ -1,5 +1,7 @@
 """Full trainings: the shipped configs reach what docs/results.md says. Minutes each, so
-they run on demand only: `python -m pytest -m slow`."""
+they run on demand only: `python -m pytest -m slow`. The few also marked `learning` (a
+config per architecture, the induction contrast at a reduced budget, the quickstart's
+grammar) are what CI runs of them: `python -m pytest -m learning`, a few minutes."""
 
 import json
 import subprocess
@@ -25,8 +27,14 @@ RASP_CONFIGS = sorted(path.stem for path in (ROOT / "configs" / "rasp").glob("*.
 SHORT_OF_TARGET: dict[str, float] = {}
 
 
+# One config per architecture, among the quickest to their target: CI trains these (`learning`)
+LEARNING = {"histogram-encoder.yaml", "dyck-1-decoder.yaml", "dyck-1-encoder-decoder.yaml"}
+
+
 @pytest.mark.slow
-@pytest.mark.parametrize("name", TASK_CONFIGS)
+@pytest.mark.parametrize(
+    "name", [pytest.param(name, marks=pytest.mark.learning) if name in LEARNING else name for name in TASK_CONFIGS]
+)
 def test_shipped_config_reaches_its_accuracy(name, tmp_path):
     """Every task config in configs/ reaches its train.stop_at_accuracy (scripts/train_configs.py
     times them for docs/results.md); a control must not."""
@@ -39,6 +47,7 @@ def test_shipped_config_reaches_its_accuracy(name, tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.learning
 def test_quickstart_learns_the_grammar(tmp_path):
     from tinytf.run.load import load_run
 
@@ -59,14 +68,14 @@ def test_quickstart_learns_the_grammar(tmp_path):
         assert right >= 0.95, (construction, float(right))
 
 
-def trained_head_scores(name, tmp_path, seed=None):
-    """Train configs/`name` (with `seed`, else its own); its result, and its heads scored
-    on 200 held-out inputs."""
+def trained_head_scores(name, tmp_path, seed=None, overrides=()):
+    """Train configs/`name` (with `seed`, else its own; and `overrides`); its result, and its
+    heads scored on 200 held-out inputs."""
     from tinytf.data.heldout import TaskData
     from tinytf.inspect.heads import head_scores
     from tinytf.run.load import load_run
 
-    overrides = [] if seed is None else [f"seed={seed}"]
+    overrides = [*overrides, *([] if seed is None else [f"seed={seed}"])]
     result = train(load_config(ROOT / "configs" / name, overrides=overrides), runs_dir=tmp_path)
     run = load_run(result.run_dir)
     held_out = TaskData(run.task, run.config.seed, run.config.task.eval_size).held_out[:200]
@@ -129,6 +138,20 @@ def test_the_induction_head_forms_in_the_phase_change_as_the_repeats_become_righ
     assert formed is not None and accurate is not None, report.to_text()
     assert abs(formed[0] - accurate) <= 100, report.to_text()
     assert sum(path.stat().st_size for _, path in RunFolder(result.run_dir).snapshots()) < 10e6
+
+
+@pytest.mark.slow
+@pytest.mark.learning
+def test_in_600_steps_two_attention_only_layers_form_an_induction_head_and_one_layer_does_not(tmp_path):
+    """The induction contrast at a budget CI can train: the phase change comes near step 400
+    (docs/looking-inside.md, over training), so 600 steps form both heads in two layers; one
+    layer, given the same steps, forms no induction head and cannot predict the repeat."""
+    two, report = trained_head_scores("induction-decoder.yaml", tmp_path / "two", overrides=["train.steps=600"])
+    assert best_score(report, "previous", layer=0) >= 0.8 and best_score(report, "induction", layer=1) >= 0.8
+    assert two.best["loss"] < 0.5
+    one, report = trained_head_scores("induction-decoder-1layer.yaml", tmp_path / "one", overrides=["train.steps=600"])
+    assert best_score(report, "induction", layer=0) < 0.8
+    assert one.best["loss"] > 1.0
 
 
 @pytest.mark.slow

@@ -254,8 +254,20 @@ def test_ctrl_c_saves_the_running_trials_and_the_next_sweep_retries_them(tmp_pat
     assert cut and all(row["state"] in ("cut short", "done") for row in shown(folder)["settings"])
     for run in folder.glob("trial-*"):  # every run saved where it stopped
         assert (run / "checkpoints" / "last.pt").is_file()
-    run_sweep(path)
+    stopped = {t.number: t.params for t in trials(folder) if "interrupted" in t.user_attrs}
+    assert len(stopped) == 2  # the two workers' runs
+    output = run_sweep(path)
+    assert f"trying again the trials cut short: {', '.join(map(str, sorted(stopped)))}" in output
     assert all(row["state"] == "done" for row in shown(folder)["settings"])
+    retries = [t for t in trials(folder) if t.user_attrs.get("retry_of") in stopped]
+    assert sorted(t.user_attrs["retry_of"] for t in retries) == sorted(stopped)  # each retried once
+    assert all(t.state.name == "COMPLETE" and t.params == stopped[t.user_attrs["retry_of"]] for t in retries)
+    done = [
+        (tuple(sorted(t.params.items())), t.user_attrs.get("seed"))
+        for t in trials(folder)
+        if t.state.name == "COMPLETE"
+    ]
+    assert len(done) == len(set(done)) == 2  # no setting trained twice
 
 
 def test_two_sweeps_sharing_one_study_split_its_settings(tmp_path):

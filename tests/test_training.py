@@ -158,6 +158,7 @@ def test_the_step_multiplies_in_its_precision_and_keeps_float32_weights(precisio
 
 
 @pytest.mark.slow  # needs a C++ compiler, and compiling takes long
+@pytest.mark.learning
 def test_compiled_and_eager_training_give_the_same_losses(tmp_path):
     """train.compile: true runs the step through torch.compile; the numbers must not change.
     (Without dropout: compiled code draws its dropout masks from a different random stream.)"""
@@ -293,19 +294,21 @@ def test_divergence_stops_keeps_the_last_finite_checkpoint_and_says_what_to_do(t
 
 
 def test_a_huge_learning_rate_ends_in_one_line_and_strict_json(tmp_path):
-    data = tiny_data(train={"lr": 1e6, "warmup_steps": 1, "steps": 40, "grad_clip": None})
+    # Every step logged, scored and saved: the files a diverging run writes are there to check
+    train = {"lr": 1e6, "warmup_steps": 1, "steps": 40, "grad_clip": None, "eval_every": 1, "checkpoint_every": 1}
+    data = tiny_data(train=train, log={"every": 1})
     result = invoke("train", write_config(tmp_path, data), "--runs-dir", tmp_path / "runs")
     assert result.exit_code == 2 and "Traceback" not in result.output
     last_line = result.stderr.strip().splitlines()[-1]  # after the progress bar
     assert last_line.startswith("error: training diverged at step") and "try a lower train.lr" in last_line
     (run_dir,) = (tmp_path / "runs").iterdir()
-    metrics = run_dir / "metrics.jsonl"
-    for line in metrics.read_text().splitlines() if metrics.exists() else []:
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    assert lines
+    for line in lines:
         json.loads(line, parse_constant=lambda name: pytest.fail(f"{name} in metrics.jsonl"))
     for which in ("last", "best"):
-        path = RunFolder(run_dir).checkpoint(which)
-        if path.exists():
-            assert all(torch.isfinite(t).all() for t in load_checkpoint(path)["model"].values())
+        weights = load_checkpoint(RunFolder(run_dir).checkpoint(which))["model"]
+        assert all(torch.isfinite(t).all() for t in weights.values())
 
 
 class InfiniteGradientAt(NullLogger):

@@ -88,6 +88,7 @@ class AttentionReport:
                         "kind": m.kind,
                         "query_tokens": m.query_tokens,
                         "key_tokens": m.key_tokens,
+                        "heads": list(range(m.first_head, m.first_head + m.n_heads)),  # the model's index of each
                         "weights": m.weights.tolist(),
                     }
                     for m in self.maps
