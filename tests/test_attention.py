@@ -332,3 +332,55 @@ def test_both_paths_give_a_query_whose_keys_are_all_padding_nothing_to_read(kind
     # reading no value, each of those queries outputs W_O's bias alone, and sends back no gradient
     torch.testing.assert_close(explicit_out[1], ours.out_proj.bias.expand(6, D_MODEL))
     assert torch.equal(explicit_grad[1], torch.zeros(6, D_MODEL))
+
+
+def test_refusals_say_what_to_pass_instead():
+    q, k, v = random_qkv(query_len=7)
+    with pytest.raises(ValueError) as caught:
+        attention(q, k, v, attn_mask=causal_allowed(7, 7), is_causal=True)
+    assert str(caught.value) == "pass either is_causal or an attn_mask that already holds the causal mask, not both"
+    ours, _ = twin_modules()
+    with pytest.raises(ValueError) as caught:
+        ours(torch.randn(1, 3, D_MODEL), attn_bias=torch.zeros(1, 1, 3, 3), is_causal=True)
+    assert str(caught.value) == "pass either is_causal or an attn_bias that already holds the causal mask, not both"
+    with pytest.raises(ValueError) as caught:
+        MultiHeadAttention(30, 4)
+    assert str(caught.value) == "d_model=30 must be divisible by n_heads=4"
+
+
+def test_attention_dropout_is_dropout_of_the_weights_before_they_read_the_values():
+    q, k, v = random_qkv()
+    torch.manual_seed(0)
+    out, weights = attention(q, k, v, dropout_p=0.25)
+    torch.manual_seed(0)
+    torch.testing.assert_close(out, F.dropout(weights, p=0.25) @ v)  # the same draw: p, and 1/(1-p) kept
+
+
+@pytest.mark.parametrize("return_attention", [True, False], ids=["explicit", "fused"])
+def test_a_module_drops_attention_while_training_alone(return_attention):
+    torch.manual_seed(0)
+    x = torch.randn(2, 5, D_MODEL)
+    plain = MultiHeadAttention(D_MODEL, N_HEADS)  # dropout 0 unless asked
+    dropping = MultiHeadAttention(D_MODEL, N_HEADS, dropout=0.5)
+    dropping.load_state_dict(plain.state_dict())
+    train_plain = [plain.train()(x, return_attention=return_attention)[0] for _ in range(2)]
+    torch.testing.assert_close(train_plain[0], train_plain[1])  # no dropout by default, even in training
+    eval_out = dropping.eval()(x, return_attention=return_attention)[0]
+    torch.testing.assert_close(eval_out, train_plain[0])  # none in eval mode either
+    trained = dropping.train()(x, return_attention=return_attention)[0]
+    assert not torch.allclose(trained, eval_out)  # and some while training, on either path
+
+
+def test_a_module_without_biases_has_none_and_attends_as_torchs():
+    torch.manual_seed(0)
+    reference = nn.MultiheadAttention(D_MODEL, N_HEADS, batch_first=True, bias=False)
+    ours = MultiHeadAttention(D_MODEL, N_HEADS, bias=False)
+    assert ours.qkv_proj.bias is None and ours.out_proj.bias is None
+    with torch.no_grad():
+        ours.qkv_proj.weight.copy_(reference.in_proj_weight)
+        ours.out_proj.weight.copy_(reference.out_proj.weight)
+    x, context = torch.randn(2, 5, D_MODEL), torch.randn(2, 7, D_MODEL)
+    torch.testing.assert_close(ours(x)[0], reference(x, x, x, need_weights=False)[0], **TOL)
+    torch.testing.assert_close(
+        ours(x, context=context)[0], reference(x, context, context, need_weights=False)[0], **TOL
+    )
