@@ -8,6 +8,7 @@ import torch
 import tinytf
 from tinytf.config import config_from_dict
 from tinytf.model import Transformer
+from tinytf.model.attention import MultiHeadAttention
 from tinytf.model.generation import greedy_generate
 
 ARCHS = ["encoder", "decoder", "encoder-decoder"]
@@ -340,3 +341,169 @@ def test_norm_none_builds_a_model_without_any_layernorm_that_trains(arch, tmp_pa
     )
     losses = [line["loss"] for line in read_metrics(result.run_dir) if line["split"] == "train"]
     assert result.step == 40 and losses[-1] < losses[0]  # it learns, with no LayerNorm anywhere
+
+
+def test_each_residual_normalises_where_its_kind_says():
+    from tinytf.model.layers import Residual
+
+    torch.manual_seed(0)
+    x, f = torch.randn(2, 3, 8), torch.nn.Linear(8, 8)
+    for norm in ("pre", "post", "none"):
+        residual = Residual(8, norm, dropout=0.0)
+        layer_norm = residual.norm
+        with torch.no_grad():
+            if norm != "none":  # not the identity scale, so normalising where it should not shows
+                layer_norm.weight.uniform_(0.5, 1.5)
+            got = residual.add(x, f(residual.sublayer_input(x)))
+            if norm == "pre":  # GPT-2: normalise what the sublayer reads
+                expected = x + f(layer_norm(x))
+            elif norm == "post":  # the original Transformer: normalise the sum
+                expected = layer_norm(x + f(x))
+            else:
+                expected = x + f(x)
+        torch.testing.assert_close(got, expected)
+
+
+def test_what_a_stack_cannot_run_is_refused_in_words_of_its_own():
+    tokens, source = sample_inputs("encoder-decoder")
+    cases = [
+        (lambda: make_model("decoder").encode(source), "arch=decoder has no encoder"),
+        (lambda: make_model("encoder").decode(tokens), "arch=encoder has no decoder"),
+    ]
+    decoder = make_model("decoder")
+    cases.append(
+        (
+            lambda: decoder.decode(
+                tokens, cache=decoder.new_cache(), pad_mask=torch.zeros_like(tokens, dtype=torch.bool)
+            ),
+            "a cache holds unpadded prefixes: generate sequences of equal length together",
+        )
+    )
+    cases.append(
+        (
+            lambda: decoder.decode(tokens, cache=decoder.new_cache(), return_attention=True),
+            "a key/value cache holds the model's own keys and values: run the whole sequence without a cache "
+            "to read or hook activations",
+        )
+    )
+    both = make_model("encoder-decoder")
+    context = both.encode(source)[0]
+    cases.append(
+        (
+            lambda: both.decode(tokens[:2], context=context),
+            f"the source {tuple(context.shape[:2])} and `tokens` {tuple(tokens[:2].shape)} must hold the same "
+            "number of sequences: one source per sequence of tokens",
+        )
+    )
+    layer = both.decoder.layers[0]
+    cases.append(
+        (
+            lambda: layer(torch.zeros(1, 3, 16), self_bias=None, causal=True),
+            "this layer has cross-attention: pass the encoder output as `context`",
+        )
+    )
+    for run, message in cases:
+        with pytest.raises(ValueError) as caught:
+            run()
+        assert str(caught.value) == message
+
+
+VOCABULARY = f"this model's vocabulary has ids 0 to {VOCAB - 1} (vocab_size={VOCAB})"
+
+
+def test_token_ids_are_checked_and_refused_in_words():
+    model = make_model("decoder")  # in eval mode: typed input, where every id is read back and checked
+    good = torch.zeros(1, 3, dtype=torch.long)
+    cases = [
+        ([[1, 2]], TypeError, "`tokens` must be a tensor of integer token ids (torch.long), not list"),
+        (good.float(), TypeError, "`tokens` must be a tensor of integer token ids (torch.long), not torch.float32"),
+        (good[0], ValueError, "`tokens` must hold token ids as (batch, length), neither of them 0; its shape is (3,)"),
+        (
+            good[:, :0],
+            ValueError,
+            "`tokens` must hold token ids as (batch, length), neither of them 0; its shape is (1, 0)",
+        ),
+        (
+            good + VOCAB,
+            ValueError,
+            f"`tokens` holds ids from {VOCAB} to {VOCAB}; {VOCABULARY}",
+        ),
+        (
+            good - 1,
+            ValueError,
+            f"`tokens` holds ids from -1 to -1; {VOCABULARY}",
+        ),
+    ]
+    for tokens, error, message in cases:
+        with pytest.raises(error) as caught:
+            model(tokens)
+        assert str(caught.value) == message
+    model(good + VOCAB - 1)  # the last id is one
+
+
+def test_a_vocabulary_has_at_least_one_token():
+    config = config_from_dict({"model": {"d_model": 16, "n_heads": 4}})
+    with pytest.raises(ValueError) as caught:
+        Transformer(config.model, 0)
+    assert str(caught.value) == "vocab_size must be positive, got 0"
+    assert Transformer(config.model, 1).vocab_size == 1
+
+
+def test_token_embeddings_start_at_the_scale_that_sqrt_d_makes_one():
+    torch.manual_seed(0)
+    model = tinytf.build_model({"model": {"d_model": 64, "n_heads": 4}}, vocab_size=500)
+    assert float(model.token_embedding.weight.detach().std()) == pytest.approx(64**-0.5, rel=0.05)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+@pytest.mark.parametrize("positional", ["learned", "sinusoidal"])
+def test_the_input_is_each_token_times_sqrt_d_plus_its_position_from_0(arch, positional):
+    model = make_model(arch, positional=positional)
+    tokens, source = sample_inputs(arch)
+    names = ["embed", "source_embed"] if arch == "encoder-decoder" else ["embed"]
+    _, cache = model.run_with_cache(tokens, source=source, names=names)
+    for name, ids in zip(names, (tokens, source), strict=False):  # the decoder's tokens, the encoder's source
+        expected = model.token_embedding(ids) * 16**0.5 + model.positions.table[: ids.size(1)]
+        torch.testing.assert_close(cache[name], expected)
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_rotary_positions_turn_every_self_attention(arch):
+    rope, none = make_model(arch, positional="rope"), make_model(arch, positional="none")
+    none.load_state_dict(rope.state_dict())  # the same weights: rope adds no parameters
+    tokens, source = sample_inputs(arch)
+    _, turned = rope(tokens, source=source, return_attention=True)
+    _, plain = none(tokens, source=source, return_attention=True)
+    for name in turned:
+        if name.endswith(".self"):
+            assert not torch.allclose(turned[name], plain[name]), name
+
+
+def test_a_feed_forward_of_width_one_is_still_one():
+    narrow = make_model("decoder", d_ff=1)
+    assert narrow.decoder.layers[0].ffn is not None
+    assert torch.isfinite(narrow(sample_inputs("decoder")[0])).all()  # and runs, in its residual connection
+    assert make_model("decoder", d_ff=0).decoder.layers[0].ffn is None
+
+
+def test_every_attention_drops_out_at_the_models_rate():
+    model = make_model("encoder-decoder", dropout=0.3)
+    attentions = [module for module in model.modules() if isinstance(module, MultiHeadAttention)]
+    assert len(attentions) == 2 + 2 * 2  # the encoder's self, the decoder's self and cross, in 2 layers
+    assert all(attention.dropout == 0.3 for attention in attentions)
+
+
+def test_attention_is_asked_for_one_way_at_a_time():
+    from tinytf.model.hooks import Probe
+
+    model = make_model("decoder")
+    tokens, _ = sample_inputs("decoder")
+    with pytest.raises(ValueError) as caught:
+        model.decode(tokens, return_attention=True, probe=Probe(model.hook_names()))
+    assert str(caught.value) == "pass either return_attention or a probe (that keeps the patterns), not both"
+    keeping = Probe(model.hook_names(), names=lambda name: name.endswith(".pattern"))
+    assert model.decode(tokens, probe=keeping)[1] == [{}, {}]  # the probe keeps them; decode returns none unasked
+    both = make_model("encoder-decoder")
+    source = sample_inputs("encoder-decoder")[1]
+    keeping = Probe(both.hook_names(), names=lambda name: name.endswith(".pattern"))
+    assert both.encode(source, probe=keeping)[1] == [{}, {}]  # nor does encode

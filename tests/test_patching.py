@@ -5,6 +5,7 @@ replacement written by hand with run_with_hooks, and bad pairs are one-line erro
 import copy
 import html
 import re
+from dataclasses import replace
 
 import pytest
 import torch
@@ -248,3 +249,11 @@ def test_an_attribution_shows_its_table_in_a_notebook(model_and_vocab):
         == f'<pre style="font-family: monospace; white-space: pre">{html.escape(shares.to_text())}</pre>'
     )
     assert shares.to_text().splitlines()[0] == f"logit difference {shares.ld:.3f} = the sum of the contributions below"
+
+
+def test_prompts_of_ids_outside_the_vocabulary_are_named_by_where_they_came_from(model_and_vocab):
+    model, framing = model_and_vocab
+    (prompts,) = prompts_of(framing, minimal_pairs("subject", 2, seed=0), 64)
+    beyond = replace(prompts, clean=prompts.clean.clone().fill_(model.vocab_size))
+    with pytest.raises(ValueError, match=r"^`groups\[0\]\.clean` holds ids from"):
+        patch(model, [beyond])
