@@ -105,6 +105,19 @@ def train_tiny_run(folder, **sections):
     return run_dir
 
 
+def train_sentences_run(folder, eval_size):
+    """A 2-layer language model of the sentences, trained through the CLI for a few seconds:
+    long enough to learn agreement (every clean prompt's answer right), so that patching
+    reads logit differences, not noise. Returns the run folder."""
+    task = {"name": "sentences", "min_len": 3, "max_len": 10, "eval_size": eval_size}
+    model = {"n_layers": 2, "max_len": 16, "dropout": 0.0}
+    train = {"steps": 400, "eval_every": 400, "batch_size": 32, "lr": 1e-2}
+    data = {**tiny_data(model=model, train=train), "task": task}
+    assert invoke("train", write_config(folder, data), "--runs-dir", Path(folder) / "runs").exit_code == 0
+    (run_dir,) = (Path(folder) / "runs").iterdir()
+    return run_dir
+
+
 def run_script(*args, returncode=0):
     """Run `python ARGS...` (a script and its arguments) in the repository root; the finished process, which must have
     exited with `returncode`."""

@@ -4,28 +4,19 @@ input that cannot be patched as one `error:` line."""
 import json
 
 import pytest
-from conftest import assert_user_error, invoke, tiny_data, train_tiny_run, write_config
+from conftest import assert_user_error, invoke, tiny_data, train_sentences_run, train_tiny_run, write_config
 
 from tinytf.cli.commands import first_held_out
 from tinytf.inspect.patching import patch, prompts_of
 from tinytf.run.load import load_run
 from tinytf.tasks.base import MinimalPair
 
-SENTENCES = {"name": "sentences", "min_len": 3, "max_len": 10, "eval_size": 20}
 ONE_PAIR = ["--clean", "the cat", "--corrupt", "the cats", "--answer", "sleeps", "--wrong", "sleep"]
 
 
 @pytest.fixture(scope="module")
 def sentences_run(tmp_path_factory):
-    """A 2-layer language model of the sentences, trained for a few seconds."""
-    folder = tmp_path_factory.mktemp("patch")
-    # Long enough to learn agreement (every clean prompt's answer right): LDs to patch, not noise.
-    model = {"n_layers": 2, "max_len": 16, "dropout": 0.0}
-    train = {"steps": 400, "eval_every": 400, "batch_size": 32, "lr": 1e-2}
-    data = {**tiny_data(model=model, train=train), "task": SENTENCES}
-    assert invoke("train", write_config(folder, data), "--runs-dir", folder / "runs").exit_code == 0
-    (run_dir,) = (folder / "runs").iterdir()
-    return run_dir
+    return train_sentences_run(tmp_path_factory.mktemp("patch"), eval_size=20)
 
 
 def test_drawn_pairs_give_every_heads_share_of_the_answer_as_json(sentences_run):

@@ -8,24 +8,16 @@ import json
 
 import numpy as np
 import pytest
-from conftest import assert_user_error, invoke, tiny_data, write_config
+from conftest import assert_user_error, invoke, train_sentences_run
 
 from tinytf.inspect.compare import CAUSES, LOOKS, Comparison, Correlation, HeadComparison, spearman
 
-SENTENCES = {"name": "sentences", "min_len": 3, "max_len": 10, "eval_size": 30}
 PAIRS = 24
 
 
 @pytest.fixture(scope="module")
 def sentences_run(tmp_path_factory):
-    """A 2-layer language model of the sentences, trained for a few seconds."""
-    folder = tmp_path_factory.mktemp("compare")
-    model = {"n_layers": 2, "max_len": 16, "dropout": 0.0}
-    train = {"steps": 400, "eval_every": 400, "batch_size": 32, "lr": 1e-2}
-    data = {**tiny_data(model=model, train=train), "task": SENTENCES}
-    assert invoke("train", write_config(folder, data), "--runs-dir", folder / "runs").exit_code == 0
-    (run_dir,) = (folder / "runs").iterdir()
-    return run_dir
+    return train_sentences_run(tmp_path_factory.mktemp("compare"), eval_size=30)
 
 
 def output(*args):

@@ -52,10 +52,13 @@ def list_checkpoints(run_dir: Path) -> CheckpointList:
         path = folder.checkpoint(name)
         try:
             size = path.stat().st_size
+        except OSError:  # gone since the folder was listed
+            held.append(Held(name, 0, None, problem="gone"))
+            continue
+        try:
             state = load_checkpoint(path)
-        except (CheckpointError, OSError) as err:  # damaged, or gone since the folder was listed
-            problem = str(err).removeprefix(f"{path}: ") if isinstance(err, CheckpointError) else "gone"
-            held.append(Held(name, 0 if isinstance(err, OSError) else size, None, problem=problem))
+        except CheckpointError as err:  # damaged, or not ours
+            held.append(Held(name, size, None, problem=str(err).removeprefix(f"{path}: ")))
             continue
         loss = state.get("train_loss")
         held.append(Held(name, size, state["step"], loss if isinstance(loss, float) else None))

@@ -105,14 +105,9 @@ class HeadsOverTraining:
         found: dict[str, tuple[int, str] | None] = {}
         for pattern in self.patterns:
             heads = [report.best(pattern) for report in self.reports]
-            found[pattern] = next(
-                (
-                    (snapshot.step, head.name)
-                    for snapshot, head in zip(self.snapshots, heads, strict=True)
-                    if head is not None and (head.scores[pattern] or 0.0) >= LEVEL
-                ),
-                None,
-            )
+            reached = [head is not None and (head.scores[pattern] or 0.0) >= LEVEL for head in heads]
+            step = first_step(self.snapshots, reached)
+            found[pattern] = None if step is None else (step, heads[reached.index(True)].name)
         return found
 
     def to_text(self) -> str:
