@@ -6,17 +6,25 @@ import errno
 import os
 import pickle
 
+import numpy as np
 import pytest
 import torch
 from conftest import assert_user_error, copy_run, deny_entry, invoke, snapshot, tiny_config, train_tiny_run
 
+from tinytf.config import TaskConfig
+from tinytf.errors import first_line
 from tinytf.run.checkpoint import (
     FORMAT,
     CheckpointError,
     config_mismatch,
+    describe,
+    kind_mismatch,
     load_checkpoint,
     save_checkpoint,
+    tensor_checksum,
     trained_with,
+    training_state_problem,
+    weights_mismatch,
 )
 from tinytf.run.folder import RunFolder
 from tinytf.training.optim import learning_rate
@@ -53,8 +61,12 @@ def test_a_tampered_checkpoint_is_refused_without_running_its_code(tmp_path):
     path = tmp_path / "evil.pt"
     with open(path, "wb") as file:
         pickle.dump({"format": FORMAT, "model": Payload(marker)}, file)
-    with pytest.raises(CheckpointError, match="not a tinytf checkpoint: it holds Python objects"):
+    with pytest.raises(CheckpointError) as raised:
         load_checkpoint(path)
+    assert str(raised.value) == (
+        f"{path}: not a tinytf checkpoint: it holds Python objects, not just tensors and plain data; "
+        "not loaded, and nothing in it was run"
+    )
     assert not marker.exists()
     # ...and the same through torch's own zip format
     torch.save({"format": FORMAT, "model": Payload(marker)}, path)
@@ -72,6 +84,23 @@ def test_other_files_are_not_checkpoints(tmp_path):
         load_checkpoint(tmp_path / "foreign.pt")
     with pytest.raises(CheckpointError, match="not found"):
         load_checkpoint(tmp_path / "missing.pt")
+    torch.save([1, 2], tmp_path / "list.pt")
+    with pytest.raises(CheckpointError, match="not a tinytf checkpoint"):
+        load_checkpoint(tmp_path / "list.pt")
+
+
+def test_a_truncated_checkpoint_is_refused_quoting_the_start_of_torch_s_reason(tmp_path):
+    path = tmp_path / "last.pt"
+    save_checkpoint({"step": 1, "config": {}, "model": {"w": torch.ones(100)}}, path)
+    path.write_bytes(path.read_bytes()[:-30])  # a copy cut short
+    with pytest.raises(RuntimeError) as torch_s:
+        torch.load(path, weights_only=True)
+    reason = f"RuntimeError: {first_line(torch_s.value)[:80]}"  # torch's runs over 80 characters: its start
+    with pytest.raises(CheckpointError) as raised:
+        load_checkpoint(path)
+    assert (
+        str(raised.value) == f"{path}: not a readable checkpoint, damaged or of another format; not loaded ({reason})"
+    )
 
 
 def test_a_checkpoint_of_another_tinytf_version_says_so(tmp_path):
@@ -121,21 +150,40 @@ def test_load_checkpoint_refuses_the_wrong_kinds_of_data(tmp_path):
     path = tmp_path / "x.pt"
     save_checkpoint({"step": 0, "config": {}, "model": {}, "weights": torch.ones(2)}, path)  # other keys: any data
     assert load_checkpoint(path)["step"] == 0
-    for state, fragment in [
-        ({"step": "abc"}, "'step' is 'abc'"),
-        ({"step": 1.0}, "'step' is 1.0"),
+    usable = {"step": 1, "config": {}, "model": {}}
+    for state, problem in [
+        ({"step": "abc"}, "'step' is 'abc', not a whole number >= 0"),
+        ({"step": 1.0}, "'step' is 1.0, not a whole number >= 0"),
         ({"weights": torch.ones(2)}, "it has no 'step'"),
         ({"step": 1, "model": {}}, "'config' is None, not the model and task settings it was trained with"),
-        ({"step": 1, "config": ["model.n_heads"], "model": {}}, "'config' is a list of 1"),
+        (
+            {"step": 1, "config": ["model.n_heads"], "model": {}},
+            "'config' is a list of 1, not the model and task settings it was trained with",
+        ),
         ({"step": 1, "config": {}}, "it has no 'model'"),
-        ({"step": 1, "config": {}, "model": torch.ones(2)}, "'model' is a tensor of shape (2,)"),
-        ({"step": 1, "config": {}, "model": {"w": [1.0]}}, "'model' maps 'w' to a list of 1"),
-        ({"step": 1, "config": {}, "model": {}, "best": "x" * 100}, "'best' is 'xxxx"),
+        (
+            {"step": 1, "config": {}, "model": torch.ones(2)},
+            "'model' is a tensor of shape (2,), not a mapping of parameter names to tensors",
+        ),
+        (
+            {"step": 1, "config": {}, "model": {"w": [1.0]}},
+            "'model' maps 'w' to a list of 1, not a parameter name to a tensor",
+        ),
+        ({**usable, "best": "x" * 100}, "'best' is 'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx..., not a mapping"),
+        *(({**usable, key: [1]}, f"{key!r} is a list of 1, not a mapping") for key in ("optimizer", "rng", "window")),
     ]:
         save_checkpoint(state, path)
-        with pytest.raises(CheckpointError, match="not a usable tinytf checkpoint") as raised:
+        with pytest.raises(CheckpointError) as raised:
             load_checkpoint(path)
-        assert fragment in str(raised.value) and "\n" not in str(raised.value)
+        assert str(raised.value) == f"{path}: not a usable tinytf checkpoint: {problem}; not loaded"
+
+
+def test_load_checkpoint_reads_tensors_where_map_location_says(tmp_path):
+    path = tmp_path / "x.pt"
+    save_checkpoint({"step": 1, "config": {}, "model": {"w": torch.ones(2)}}, path)
+    places = []
+    state = load_checkpoint(path, map_location=lambda storage, place: places.append(place) or storage)
+    assert places == ["cpu"] and torch.equal(state["model"]["w"], torch.ones(2))
 
 
 def test_a_checkpoint_the_user_cannot_read_is_a_checkpoint_error(run, tmp_path, monkeypatch):
@@ -281,6 +329,53 @@ def test_a_run_whose_config_was_edited_is_refused_naming_the_setting(run, tmp_pa
     assert snapshot(copy) == snapshot_before
 
 
+def test_a_state_loaded_by_hand_and_saved_again_gets_a_fresh_checksum(tmp_path):
+    path = tmp_path / "last.pt"
+    save_checkpoint({"step": 1, "config": {}, "model": {"w": torch.ones(3)}}, path)
+    state = torch.load(path, weights_only=True)  # with its format and checksum
+    state["step"] = 2
+    save_checkpoint(state, path)
+    assert load_checkpoint(path)["step"] == 2
+
+
+def test_the_checksum_covers_every_value_and_where_it_lies():
+    state = {"a": [[1, 2], [3]], "w": torch.zeros(4), "b": {"c": 1}}
+    for changed in [
+        {"a": [[1, 2], [4]]},  # a value inside nested lists
+        {"a": [[1], [2, 3]]},  # a value moved from one list to another
+        {"w": torch.zeros(2, 2)},  # the same bytes in another shape
+        {"w": torch.zeros(4, dtype=torch.int32)},  # or of another type
+        {"b": {"d": 1}},  # a value under another name
+    ]:
+        assert tensor_checksum({**state, **changed}) != tensor_checksum(state), changed
+    assert tensor_checksum({"x": [1]}) != tensor_checksum({"y": [1]})
+    assert tensor_checksum({"a": [[1, 2], [3]], "w": torch.zeros(4), "b": {"c": 1}}) == tensor_checksum(state)
+
+
+def test_weights_mismatch_names_the_first_missing_extra_or_reshaped_weight():
+    weights = {"a": torch.zeros(2), "b": torch.zeros(3)}
+    assert weights_mismatch(weights, dict(weights)) is None
+    assert weights_mismatch(weights, {"a": weights["a"]}) == "it has no weight 'b', which the config's model has"
+    assert weights_mismatch({"a": weights["a"]}, weights) == "its weight 'b' is not in the config's model"
+    found = weights_mismatch(weights, {**weights, "a": torch.zeros(2, 1)})
+    assert found == "its weight 'a' has shape (2, 1), the config's model (2,)"
+
+
+def test_what_the_weights_were_trained_with_leaves_out_where_the_text_file_lies():
+    model = tiny_config().model
+    saved = trained_with(model, TaskConfig(name="text", path="/somewhere/corpus.txt"))
+    assert saved["task.name"] == "text" and not any(key.startswith("task.path") for key in saved)
+    assert saved == trained_with(model, TaskConfig(name="text", path="/elsewhere/corpus.txt"))
+
+
+def test_a_setting_the_config_no_longer_has_is_a_mismatch_whatever_its_value():
+    config = tiny_config()
+    saved = trained_with(config.model, config.task)
+    for value in (None, 3, "nothing"):
+        found = config_mismatch({"config": saved | {"model.gone": value}}, config.model, config.task)
+        assert found == f"it was trained with model.gone={value!r}, a setting this version of tinytf does not have"
+
+
 def test_a_checkpoint_older_than_a_config_key_was_trained_with_its_default():
     config = tiny_config()
     saved = trained_with(config.model, config.task)
@@ -360,3 +455,87 @@ def test_a_resume_takes_the_optimizer_settings_from_the_config_not_the_file(run,
     assert state["step"] == 14 and [g["betas"] for g in state["optimizer"]["param_groups"]] == [(0.9, 0.999)] * 2
     last_step_lr = learning_rate(13, tiny_config(train={"steps": 14}).train)  # the config's schedule, not the file's
     assert [g["lr"] for g in state["optimizer"]["param_groups"]] == pytest.approx([last_step_lr] * 2)
+
+
+def test_describe_names_a_value_in_a_few_words_on_one_line():
+    assert describe(torch.zeros(2, 3)) == "a tensor of shape (2, 3)"
+    assert describe({"a": 1}) == "a dict of 1" and describe((1, 2)) == "a tuple of 2" and describe([]) == "a list of 0"
+    assert describe(np.zeros((2, 2))) == "array([[0., 0.], [0., 0.]])"  # its repr's lines joined
+    assert describe("a" * 38) == repr("a" * 38)  # a repr of 40 characters is kept whole
+    assert describe("a" * 39) == "'" + "a" * 36 + "..."
+    assert describe("word  " * 8) == "'word word word word word word..."  # its first 37 characters, spaces collapsed
+
+
+def test_kind_mismatch_names_the_first_place_holding_another_kind_of_value():
+    expected = {"lr": 0.1, "name": "adamw", "moment": torch.zeros(2), "groups": [{"betas": (0.9, 0.99)}]}
+    assert kind_mismatch(expected, {**expected, "lr": 1, "extra": "x"}, "'o'") is None  # 1 and 0.1 are both numbers
+    for key, value, kind in [
+        ("lr", "abc", "a number"),
+        ("name", 3, "a string"),
+        ("moment", [0.0, 0.0], "a tensor"),
+        ("groups", {"betas": 1}, "a list"),
+    ]:
+        assert kind_mismatch(expected, {**expected, key: value}, "'o'") == f"'o'.{key} is {describe(value)}, not {kind}"
+    found = kind_mismatch(expected, {**expected, "groups": [{"betas": (0.9, {})}]}, "'o'")
+    assert found == "'o'.groups.0.betas.1 is a dict of 0, not a number"
+    assert kind_mismatch([None, True, object()], [1, 2, 3], "x") == "x.0 is 1, not None"
+    assert kind_mismatch([True], [1], "x") == "x.0 is 1, not a boolean"
+    assert kind_mismatch(object(), 1, "x") == "x is 1, not object"  # a kind without a word: its type's name
+    assert kind_mismatch({"a": {}}, {"a": []}, "x") == "x.a is a list of 0, not a mapping"
+    assert kind_mismatch({"betas": (0.9, 0.99)}, {"betas": 0.9}, "x") == "x.betas is 0.9, not a list"
+
+
+def resumable_state() -> tuple[dict, dict]:
+    """A whole training state as the trainer saves it, and a fresh AdamW's state dict."""
+    weight = torch.nn.Parameter(torch.zeros(2))
+    optimizer = torch.optim.AdamW([weight])
+    weight.grad = torch.ones(2)
+    optimizer.step()
+    state = {
+        "step": 3,
+        "config": {},
+        "model": {"w": weight.detach()},
+        "optimizer": optimizer.state_dict(),
+        "rng": {"torch": torch.zeros(4), "data": torch.zeros(4), "torch_by_rank": [torch.zeros(4)]},
+        "best_score": [0.5, -1.0],
+        "best": {"step": 2, "seq_acc": 0.5, "token_acc": 0.5, "loss": 1.0},
+        "window": {"loss_sum": 1.0, "steps": 2, "snapshot_loss_sum": 0.5, "snapshot_steps": 1},
+    }
+    return state, torch.optim.AdamW([torch.nn.Parameter(torch.zeros(2))]).state_dict()
+
+
+RNG = "'rng' should hold the tensors 'torch' and 'data'"
+BY_RANK = "'rng'.'torch_by_rank' should be a list of tensors"
+WINDOW = (
+    "'window' should hold the numbers 'loss_sum' and 'snapshot_loss_sum' "
+    "and the whole numbers 'steps' and 'snapshot_steps'"
+)
+BEST_SCORE = "'best_score' should be None or two numbers"
+NUMBERS = "'best' and 'best_score' should hold numbers"
+BEST = "'best' should be empty or have step, seq_acc, token_acc and loss"
+
+
+@pytest.mark.parametrize(
+    ("change", "problem"),
+    [
+        ({}, None),
+        ({"best": {}, "best_score": None}, None),  # no evaluation yet
+        ({"window": {"loss_sum": 1.0, "steps": 2}}, None),  # written before snapshots: nothing summed since one
+        ({"rng": {"torch": torch.zeros(4), "data": torch.zeros(4)}}, None),  # one process
+        ({"rng": {"torch": torch.zeros(4), "data": 1}}, RNG),
+        ({"rng": {"torch": torch.zeros(4), "data": torch.zeros(4), "torch_by_rank": torch.zeros(4)}}, BY_RANK),
+        ({"rng": {"torch": torch.zeros(4), "data": torch.zeros(4), "torch_by_rank": [1]}}, BY_RANK),
+        ({"window": {"loss_sum": 1.0, "steps": 2, "snapshot_loss_sum": "x", "snapshot_steps": 1}}, WINDOW),
+        ({"window": {"loss_sum": 1.0, "steps": 2, "snapshot_loss_sum": 0.5, "snapshot_steps": 1.0}}, WINDOW),
+        ({"window": {"loss_sum": 1.0, "steps": True}}, WINDOW),
+        ({"best_score": "ab"}, BEST_SCORE),
+        ({"best_score": [0.5]}, BEST_SCORE),
+        ({"best_score": [0.5, "a"]}, NUMBERS),
+        ({"best": {"step": True, "seq_acc": 0.5, "token_acc": 0.5, "loss": 1.0}}, NUMBERS),
+        ({"best": {"step": 2, "seq_acc": 0.5, "loss": 1.0}}, BEST),
+        ({"step": -1}, "'step' is -1, not a whole number >= 0"),
+    ],
+)
+def test_training_state_problem_names_what_a_resume_cannot_use_in_full(change, problem):
+    state, fresh = resumable_state()
+    assert training_state_problem({**state, **change}, fresh, "adamw") == problem

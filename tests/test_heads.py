@@ -9,13 +9,27 @@ import pytest
 import torch
 from conftest import assert_user_error, invoke, tiny_config, train_tiny_run
 
+import tinytf.inspect.heads
 from tinytf.config import config_from_dict
 from tinytf.data.framing import get_framing
+from tinytf.errors import UserError
 from tinytf.inspect.attend import attention_report
-from tinytf.inspect.heads import GENERIC_PATTERNS, HeadScore, head_scores, pattern_mass, row_entropy, token_patterns
+from tinytf.inspect.evaluate import evaluate
+from tinytf.inspect.heads import (
+    GENERIC_PATTERNS,
+    HeadReport,
+    HeadScore,
+    head_scores,
+    pattern_mass,
+    render_text,
+    row_entropy,
+    token_patterns,
+)
+from tinytf.inspect.notebook import notebook_text
 from tinytf.model.names import attention_sides
 from tinytf.run.setup import build_model
 from tinytf.tasks import get_task
+from tinytf.tasks.vocab import PAD_ID
 
 
 def shifted(length: int, by: int) -> torch.Tensor:
@@ -244,6 +258,8 @@ def test_a_language_model_scores_its_alignment_on_the_sequence():
     report = head_scores(model, framing, text="the cat that sees the dogs slept . it is big , not small")
     assert list(report.patterns[-3:]) == ["subject", "coreference", "semantic"]
     assert all(h.scores[pattern] is not None for h in report.heads for pattern in report.patterns[-3:])
+    no_pronoun = head_scores(model, framing, text="the cat sleeps")  # an alignment without pairs scores nothing
+    assert all(h.scores["subject"] is not None and h.scores["coreference"] is None for h in no_pronoun.heads)
 
 
 # ---- the command
@@ -349,3 +365,148 @@ def test_hand_made_maps_through_the_model_score_exactly(arch):
     one_back = head_scores(model, framing, pairs, hooks=dict.fromkeys(names, below_diagonal), ablate="zero")
     assert all(h.scores["previous"] == pytest.approx(1) and h.label == "previous" for h in one_back.heads)
     assert all(h.scores["self"] < 0.5 for h in one_back.heads)  # only each input's first query looks at itself
+
+
+# ---- against references written out by hand
+
+
+def test_induction_and_self_patterns_at_the_edges():
+    ids = torch.tensor([3, 4, 3, 4])
+    patterns = token_patterns(ids, ids, same_sequence=True)  # an encoder's: every query sees every key
+    # the second 3 (2) looks at what followed the first 3, key 1: the earliest key with a token before it
+    assert patterns["induction"].nonzero().tolist() == [[2, 1], [3, 2]]
+    assert patterns["first"][0].any() and patterns["self"][0].any()  # query 0 could have looked elsewhere
+    across = token_patterns(torch.tensor([1, 2]), torch.tensor([3, 4, 5]), same_sequence=False, causal=True)
+    assert across["first"].tolist() == [[False, False, False], [True, False, False]]  # row 0 sees only key 0
+
+
+def test_best_is_the_highest_scoring_head_of_the_layer_asked_for_among_those_the_pattern_applies_to():
+    heads = [
+        HeadScore("decoder", 0, "self", 0, {"self": 0.9, "previous": None}, entropy=0.1),
+        HeadScore("decoder", 1, "self", 0, {"self": 0.2, "previous": 0.6}, entropy=0.1),
+        HeadScore("decoder", 1, "self", 1, {"self": 0.4, "previous": 0.3}, entropy=0.1),
+    ]
+    report = HeadReport(inputs=1, patterns=["self", "previous"], heads=heads)
+    assert report.best("self") is heads[0] and report.best("self", layer=1) is heads[2]
+    assert report.best("previous") is heads[1] and report.best("previous", layer=0) is None
+    assert report.best("induction") is None and report.best("self", layer=2) is None
+
+
+def ablated_report() -> HeadReport:
+    def ablation(loss, seq_acc):
+        return {"loss": loss, "loss_change": loss - 1.25, "seq_acc": seq_acc, "seq_acc_change": seq_acc - 0.625}
+
+    heads = [
+        HeadScore("decoder", 0, "self", 1, {"self": 0.9, "previous": None}, 0.25, ablation(1.5, 0.5)),
+        HeadScore("encoder", 1, "self", 0, {"self": 0.125, "previous": 0.3}, 1.5, ablation(1.0, 0.75)),
+    ]
+    intact = {"loss": 1.25, "token_acc": 0.75, "seq_acc": 0.625}
+    return HeadReport(2, ["self", "previous"], heads, ablate="mean", intact=intact, meta={"text": "ça va"})
+
+
+def test_an_ablated_report_prints_the_intact_metrics_then_a_row_per_head():
+    report = ablated_report()
+    assert render_text(report).splitlines() == [
+        "intact: loss 1.250, token_acc 0.750, seq_acc 0.625; each head mean-ablated in turn, the most harmful first",
+        "head              self  previous  entropy  label   loss   Δloss  seq_acc  Δseq_acc",
+        "decoder.0.self.1  0.90         -     0.25   self  1.500  +0.250    0.500    -0.125",
+        "encoder.1.self.0  0.12      0.30     1.50  mixed  1.000  -0.250    0.750    +0.125",
+    ]
+    report.ablate = report.intact = None
+    for head in report.heads:
+        head.ablation = None
+    assert render_text(report).splitlines() == [
+        "head              self  previous  entropy  label",
+        "decoder.0.self.1  0.90         -     0.25   self",
+        "encoder.1.self.0  0.12      0.30     1.50  mixed",
+    ]
+
+
+def test_a_report_is_the_printed_table_in_a_notebook_and_unescaped_json_on_disk():
+    report = ablated_report()
+    assert report._repr_html_() == notebook_text(render_text(report))
+    text = report.to_json()
+    assert json.loads(text) == report.to_dict() and '\n "text": "ça va",' in text  # one-space indent, as typed
+    assert report.to_dict()["heads"][1]["label"] == "mixed"
+
+
+def mean_z_reference(model, framing, pairs, hooks):
+    """Each attention's mean z over the real (non-PAD) query positions of all `pairs` in one
+    batch, with `hooks` applied: {attention name: (H, D_h)}."""
+    batch = framing.frame(pairs)
+    with torch.no_grad():
+        _, cache = model.run_with_cache(**batch.model_inputs(), names=lambda n: n.endswith(".z"), hooks=hooks)
+    means = {}
+    for name, z in cache.items():  # (B, H, T_q, D_h)
+        queries = batch.source if name.startswith("encoder") and batch.source is not None else batch.tokens
+        real = queries != PAD_ID  # (B, T_q)
+        means[name] = z.permute(1, 0, 2, 3)[:, real].mean(dim=1)  # (H, D_h)
+    return means
+
+
+@pytest.mark.parametrize(
+    ("arch", "lengths", "n"), [("decoder", (3, 6), 12), ("encoder-decoder", (3, 6), 12), ("encoder", (1, 1), 1)]
+)
+def test_mean_ablation_sets_the_head_to_its_mean_over_real_positions_after_the_callers_hooks(
+    arch, lengths, n, monkeypatch
+):
+    """Against a reference on one batch, while head_scores reads 5 inputs a batch; the
+    caller's hook on every z (scaling it) runs before the ablation, as it does in the
+    intact model. One input of one token: an encoder head's mean is its one output."""
+    config = tiny_config(
+        task={"name": "reverse", "vocab_size": 6, "min_len": lengths[0], "max_len": lengths[1]},
+        model={"arch": arch, "n_layers": 2, "n_heads": 2, "dropout": 0.0},
+    )
+    torch.manual_seed(0)
+    task, model = get_task(config.task), build_model(config).eval()
+    framing = get_framing(task, arch)
+    pairs = task.sample(n, torch.Generator().manual_seed(5))
+    monkeypatch.setattr(tinytf.inspect.heads, "BATCH_SIZE", 5)
+    hooks = {name: (lambda z: 1.5 * z) for name in model.hook_names() if name.endswith(".z")}
+    report = head_scores(model, framing, pairs, ablate="mean", hooks=hooks)
+    assert report.intact == pytest.approx(evaluate(model, framing, pairs, hooks=hooks), abs=1e-6)
+    means = mean_z_reference(model, framing, pairs, hooks)
+    for head in report.heads:
+        name = f"{head.stack}.{head.layer}.{head.kind}.z"
+
+        def scaled_then_mean(z, head=head.head, mean=means[name][head.head]):
+            z = 1.5 * z
+            z[:, head] = mean
+            return z
+
+        expected = evaluate(model, framing, pairs, hooks={**hooks, name: scaled_then_mean})
+        assert {key: head.ablation[key] for key in expected} == pytest.approx(expected, abs=1e-5), head.name
+
+
+def test_zero_ablation_keeps_a_callers_hook_that_only_watches():
+    model, framing, task = tiny_model("decoder")
+    pairs = task.sample(10, torch.Generator().manual_seed(6))
+    seen = []
+    watch = {"decoder.0.self.z": lambda z: seen.append(z.shape) and None}
+    watched = head_scores(model, framing, pairs, ablate="zero", hooks=watch)
+    plain = head_scores(model, framing, pairs, ablate="zero")
+    assert seen and [h.ablation for h in watched.heads] == [h.ablation for h in plain.heads]
+
+
+def test_head_scores_refuses_what_it_cannot_score_saying_why():
+    model, framing, task = tiny_model("decoder")
+    pairs = task.sample(4, torch.Generator().manual_seed(0))
+    for arguments, error, message in [
+        ({}, ValueError, "head_scores: pass either `pairs` or `text`"),
+        ({"pairs": pairs, "text": "1 2"}, ValueError, "head_scores: pass either `pairs` or `text`"),
+        (
+            {"pairs": [1, 2]},
+            TypeError,
+            "pairs must be examples of the task (task.sample(...), TaskData(...).held_out), not list [1, 2]",
+        ),
+        ({"pairs": pairs, "ablate": "half"}, ValueError, "ablate must be 'zero', 'mean' or None, not 'half'"),
+        (
+            {"text": "1 2", "ablate": "zero"},
+            UserError,
+            "--ablate measures the loss on held-out examples with their answers; drop --text to ablate",
+        ),
+        ({"pairs": pairs[:0]}, ValueError, "head_scores: `pairs` holds no examples"),
+    ]:
+        with pytest.raises(error) as raised:
+            head_scores(model, framing, **arguments)
+        assert str(raised.value) == message

@@ -14,7 +14,19 @@ from tinytf.config import config_from_dict
 from tinytf.data.batch import single_pair
 from tinytf.data.framing import get_framing
 from tinytf.errors import UserError
-from tinytf.inspect.patching import MIN_LD_GAP, attribute, logit_difference, patch, prompts_of
+from tinytf.inspect.notebook import notebook_heatmap
+from tinytf.inspect.patching import (
+    MIN_LD_GAP,
+    Attribution,
+    Contribution,
+    Patched,
+    PatchReport,
+    attribute,
+    logit_difference,
+    patch,
+    prompt_ids,
+    prompts_of,
+)
 from tinytf.run.setup import build_model
 from tinytf.tasks import get_task
 from tinytf.tasks.sentences import MinimalPair, minimal_pairs
@@ -48,23 +60,27 @@ def test_patching_restores_all_at_the_differing_word_and_nothing_elsewhere(model
 
 
 def test_a_heads_patch_is_the_replacement_written_by_hand(model_and_vocab):
+    # Every head, at every position: a head of the last layer patched at the last position
+    # alone gives the same answer, one of layer 0 does not.
     model, framing = model_and_vocab
     (prompts,) = prompts_of(framing, minimal_pairs("semantic", 8, seed=3), 64)  # one length: one group
     report = patch(model, [prompts], by="head")
+    ld = lambda logits: float(logit_difference(logits, prompts.answer, prompts.wrong).mean())  # noqa: E731
     with torch.no_grad():
-        _, cache = model.run_with_cache(prompts.clean, names=["decoder.1.self.z"])
-
-        def head_1_from_clean(z):  # (B, H, T, D_h)
-            z = z.clone()
-            z[:, 1] = cache["decoder.1.self.z"][:, 1]
-            return z
-
-        patched = model.run_with_hooks(prompts.corrupt, hooks={"decoder.1.self.z": head_1_from_clean})
-        ld = lambda logits: float(logit_difference(logits, prompts.answer, prompts.wrong).mean())  # noqa: E731
         clean, corrupt = ld(model(prompts.clean)), ld(model(prompts.corrupt))
-    (result,) = [r for r in report.results if (r.layer, r.head) == (1, 1)]
-    assert result.component == "z" and result.position is None
-    assert result.restored == pytest.approx((ld(patched) - corrupt) / (clean - corrupt), abs=1e-5)
+        for layer, head in [(layer, head) for layer in (0, 1) for head in (0, 1)]:
+            name = f"decoder.{layer}.self.z"
+            _, cache = model.run_with_cache(prompts.clean, names=[name])
+
+            def head_from_clean(z, head=head, clean_z=cache[name]):  # (B, H, T, D_h)
+                z = z.clone()
+                z[:, head] = clean_z[:, head]
+                return z
+
+            patched = model.run_with_hooks(prompts.corrupt, hooks={name: head_from_clean})
+            (result,) = [r for r in report.results if (r.layer, r.head) == (layer, head)]
+            assert result.component == "z" and result.position is None
+            assert result.restored == pytest.approx((ld(patched) - corrupt) / (clean - corrupt), abs=1e-5)
     assert report.ld_clean == pytest.approx(clean, abs=1e-5) and report.ld_corrupt == pytest.approx(corrupt, abs=1e-5)
     assert len(report.results) == 2 * 2  # layers x heads
 
@@ -103,8 +119,11 @@ def test_pairs_of_different_lengths_are_grouped_and_every_pair_counts(model_and_
     assert len(groups) == 2 and sum(len(group.answer) for group in groups) == 30
     assert patch(model, groups, by="head").pairs == 30
     for by in ("head-position", "layer-position"):  # positions of prompts of two lengths do not line up
-        with pytest.raises(UserError, match=f"{by} compares positions, which do not line up across prompts of"):
+        with pytest.raises(UserError) as raised:
             patch(model, groups, by=by)
+        assert str(raised.value) == (
+            f"{by} compares positions, which do not line up across prompts of 6 and 7 tokens: patch by head"
+        )
 
 
 def test_each_pairs_own_values_are_those_of_patching_it_alone(model_and_vocab):
@@ -137,8 +156,11 @@ def test_a_gap_too_small_to_normalise_by_is_refused_naming_the_threshold(model_a
         for value in (scaled.decoder.final_norm.weight, scaled.decoder.final_norm.bias):
             value.mul_(times * MIN_LD_GAP / gap)
     if times < 1:
-        with pytest.raises(UserError, match=rf"are 0.005 apart, under {MIN_LD_GAP}: too close to normalise by"):
+        with pytest.raises(
+            UserError, match=rf"are 0.005 apart, under {MIN_LD_GAP}: too close to normalise by"
+        ) as raised:
             patch(scaled, groups)
+        assert str(raised.value).endswith("; is the model trained, and do the prompts differ where it reads?")
     else:
         report = patch(scaled, groups)
         assert abs(report.ld_clean - report.ld_corrupt) == pytest.approx(2 * MIN_LD_GAP, rel=1e-4)
@@ -153,16 +175,26 @@ def test_a_gap_too_small_to_normalise_by_is_refused_naming_the_threshold(model_a
     [
         (
             MinimalPair("the cat", "the cats near", "sleeps", "sleep"),
-            "the clean prompt has 2 tokens, the corrupted one 3",
+            "the clean prompt has 2 tokens, the corrupted one 3: a minimal pair differs in words, not in length",
         ),
-        (MinimalPair("the cat", "the cats", "sleeps sleeps", "sleep"), "must each be one token"),
-        (MinimalPair("the unicorn", "the cats", "sleeps", "sleep"), "unknown token 'unicorn'"),
+        (
+            MinimalPair("the cat", "the cats", "sleeps sleeps", "sleep"),
+            "'sleeps sleeps' and 'sleep' must each be one token",
+        ),
+        (
+            MinimalPair("the cat", "the cats", "sleep", "sleep"),
+            "the answer and the wrong answer are both 'sleep': their logit difference is 0 "
+            "whatever the model does; give two different tokens",
+        ),
+        (MinimalPair("the unicorn", "the cats", "sleeps", "sleep"), "unknown token 'unicorn'; the vocabulary has..."),
     ],
 )
 def test_a_pair_that_is_not_minimal_is_one_line(model_and_vocab, pair, message):
     _, framing = model_and_vocab
-    with pytest.raises(UserError, match=message) as raised:
+    with pytest.raises(UserError) as raised:
         prompts_of(framing, [pair], 64)
+    cut = message.endswith("...")  # the unknown word's message goes on with the task's vocabulary
+    assert str(raised.value).startswith(message[:-3]) if cut else str(raised.value) == message
     assert "\n" not in str(raised.value)
 
 
@@ -257,3 +289,160 @@ def test_prompts_of_ids_outside_the_vocabulary_are_named_by_where_they_came_from
     beyond = replace(prompts, clean=prompts.clean.clone().fill_(model.vocab_size))
     with pytest.raises(ValueError, match=r"^`groups\[0\]\.clean` holds ids from"):
         patch(model, [beyond])
+    vocab = f"0 to {model.vocab_size - 1}"
+    for changes, message in [
+        (
+            {"corrupt": prompts.corrupt.clone().fill_(model.vocab_size)},
+            f"`groups[0].corrupt` holds ids from {model.vocab_size} to {model.vocab_size}; "
+            f"this model's vocabulary has ids {vocab} (vocab_size={model.vocab_size})",
+        ),
+        ({"corrupt": prompts.corrupt[:, :-1]}, "groups[0]: clean (2, 6) and corrupt (2, 5) differ in shape"),
+        ({"answer": prompts.answer[:, None]}, "groups[0].answer must have 1 non-empty dimension(s), not shape (2, 1)"),
+        ({"wrong": prompts.wrong[:1]}, "groups[0].wrong holds 1 ids for 2 prompts: one per prompt"),
+        ({"wrong": prompts.wrong.clone().fill_(-1)}, f"groups[0].wrong must hold token ids from {vocab}"),
+        (
+            {"answer": prompts.answer.clone().fill_(model.vocab_size)},
+            f"groups[0].answer must hold token ids from {vocab}",
+        ),
+    ]:
+        with pytest.raises(ValueError) as raised:
+            patch(model, [replace(prompts, **changes)])
+        assert str(raised.value) == message
+
+
+def test_answers_may_be_any_id_of_the_vocabulary(model_and_vocab):
+    model, framing = model_and_vocab
+    (prompts,) = prompts_of(framing, minimal_pairs("subject", 2, seed=0), 64)
+    edges = replace(
+        prompts, answer=torch.zeros_like(prompts.answer), wrong=torch.full_like(prompts.wrong, model.vocab_size - 1)
+    )
+    assert patch(model, [edges]).pairs == 2
+
+
+def test_prompts_are_read_from_decoders_only_saying_what_is_wrong(model_and_vocab):
+    _, framing = model_and_vocab
+    pair = minimal_pairs("subject", 1, seed=0)
+    for args, error, message in [
+        (("run.framing", pair, 64), TypeError, "framing must be a run's framing (run.framing), not str 'run.framing'"),
+        (
+            (framing, "the cat", 64),
+            TypeError,
+            "pairs must be a list of MinimalPair (task.held_out_pairs(...)), not str 'the cat'",
+        ),
+        ((framing, pair, 0), ValueError, "max_len must be 1 or more, not 0"),
+    ]:
+        with pytest.raises(error) as raised:
+            prompts_of(*args)
+        assert str(raised.value) == message
+    task = get_task(config_from_dict({"task": {"name": "modular-add"}}).task)
+    with pytest.raises(UserError, match=r"^patching and attribution read decoder-only models"):
+        prompt_ids(get_framing(task, "encoder-decoder"), "5 7", 64)
+
+
+def test_a_clean_answer_tied_with_the_wrong_one_is_not_counted_correct(model_and_vocab):
+    model, framing = model_and_vocab
+    first, second = minimal_pairs("subject", 2, seed=0)  # "... sit" / "sits", then "... run" / "runs"
+    assert {first.answer, first.wrong}.isdisjoint({second.answer, second.wrong})
+    tied = copy.deepcopy(model)  # the first pair's two answers get one embedding: and one logit (tied weights)
+    vocab = framing.task.vocab
+    with torch.no_grad():
+        tied.token_embedding.weight[vocab.encode(first.wrong)[0]] = tied.token_embedding.weight[
+            vocab.encode(first.answer)[0]
+        ]
+    report = patch(tied, prompts_of(framing, [first, second], 64))
+    assert report.per_pair[0].ld_clean == 0.0 and report.per_pair[1].ld_clean != 0.0
+    assert report.clean_correct == (report.per_pair[1].ld_clean > 0) / 2
+
+
+def hand_made_report(by: str) -> PatchReport:
+    """Shares restored written out, for each way of patching: `by` head at every position,
+    head by head at each position, or each layer's components at each position."""
+    if by == "head":
+        results = [Patched("z", layer, head, None, layer - 0.5 * head) for layer in (0, 1) for head in (0, 1)]
+    elif by == "head-position":
+        results = [Patched("z", 0, head, position, 0.5 * head + position) for head in (0, 1) for position in (0, 1, 2)]
+    else:
+        results = [
+            Patched(component, layer, None, position, layer + position + (component == "attn_out"))
+            for component in ("resid_pre", "attn_out")
+            for layer in (0, 1)
+            for position in (0, 1)
+        ]
+    return PatchReport(2 if by == "head" else 1, 2.0, -1.0, 1.0, results)
+
+
+def grid_layout(grid):
+    return grid.component, grid.by_position, grid.rows, grid.columns, grid.values.tolist()
+
+
+def test_a_patch_report_lays_out_each_component_as_a_grid():
+    (by_head,) = hand_made_report("head").grids()
+    assert grid_layout(by_head) == ("z", False, [(0, None), (1, None)], [0, 1], [[0.0, -0.5], [1.0, 0.5]])
+    (by_position,) = hand_made_report("head-position").grids()
+    assert grid_layout(by_position) == ("z", True, [(0, 0), (0, 1)], [0, 1, 2], [[0.0, 1.0, 2.0], [0.5, 1.5, 2.5]])
+    resid, attn = hand_made_report("layer-position").grids()
+    assert grid_layout(resid) == ("resid_pre", True, [(0, None), (1, None)], [0, 1], [[0.0, 1.0], [1.0, 2.0]])
+    assert grid_layout(attn) == ("attn_out", True, [(0, None), (1, None)], [0, 1], [[1.0, 2.0], [2.0, 3.0]])
+    one_head = PatchReport(1, 2.0, -1.0, 1.0, [Patched("z", 0, 0, None, 0.5)])  # a model of one head
+    assert [grid_layout(grid) for grid in one_head.grids()] == [("z", False, [(0, None)], [0], [[0.5]])]
+
+
+NOTEBOOK_LABELS = {  # rows, columns (positions counted back from the prompt's end, as in the png), axes
+    "head": (["0", "1"], ["0", "1"], ("layer", "head")),
+    "head-position": (["0.0", "0.1"], ["-3", "-2", "-1"], ("layer.head", "position")),
+    "layer-position": (["0", "1"], ["-2", "-1"], ("layer", "position")),
+}
+
+
+@pytest.mark.parametrize("by", NOTEBOOK_LABELS)
+def test_a_patch_report_in_a_notebook_is_its_summary_then_each_grid_labelled_as_the_png(by):
+    report = hand_made_report(by)
+    rows, columns, axes = NOTEBOOK_LABELS[by]
+    limit = 3.0 if by == "layer-position" else 2.5 if by == "head-position" else 1.0
+    maps = "".join(
+        notebook_heatmap(f"restored: {grid.component} patched", rows, columns, grid.values, limit, axes)
+        for grid in report.grids()
+    )
+    pairs = "2 pairs" if by == "head" else "1 pair"
+    summary = f"{pairs}; logit difference clean 2.000, corrupted -1.000; restored: 0 no change, 1 the clean answer back"
+    assert report._repr_html_() == f"<p>{summary}</p>{maps}"
+
+
+def test_an_attribution_prints_the_largest_contributions_first_whatever_their_sign():
+    shares = Attribution(
+        1.5,
+        [
+            Contribution("embed", None, None, 0.25),
+            Contribution("z", 1, 0, -2.0),
+            Contribution("mlp_out", 0, None, 3.25),
+        ],
+    )
+    assert shares.to_text().splitlines() == [
+        "logit difference 1.500 = the sum of the contributions below",
+        "component  layer head contribution",
+        "mlp_out        0    -        3.250",
+        "z              1    0       -2.000",
+        "embed          -    -        0.250",
+    ]
+
+
+def test_patch_refuses_arguments_it_cannot_read_saying_what_it_needs(model_and_vocab):
+    model, framing = model_and_vocab
+    groups = prompts_of(framing, minimal_pairs("subject", 2, seed=0), 64)
+    for args, error, message in [
+        (("model.pt", groups), TypeError, "model must be a tinytf Transformer, not str 'model.pt'"),
+        ((model, "x"), TypeError, "groups must be a list of Prompts (prompts_of(...)), not str 'x'"),
+        ((model, groups, "neuron"), ValueError, "by='neuron': one of head, head-position, layer-position"),
+    ]:
+        with pytest.raises(error) as raised:
+            patch(*args)
+        assert str(raised.value) == message
+
+
+def test_an_encoder_model_is_not_patched(model_and_vocab):
+    _, framing = model_and_vocab
+    config = config_from_dict({"task": {"name": "sort"}, "model": {"arch": "encoder", "d_model": 16}})
+    encoder = build_model(config, len(framing.task.vocab)).eval()  # reads the sentences' token ids
+    with pytest.raises(UserError) as raised:
+        patch(encoder, prompts_of(framing, minimal_pairs("subject", 2, seed=0), 64))
+    assert str(raised.value) == "activation patching reads decoder-only models (the next token after a prompt)"

@@ -133,8 +133,10 @@ def config_mismatch(state: dict[str, Any], model: BaseModel, task: BaseModel) ->
     saved = defaults | state["config"]  # every key the config has, and any it no longer has
     current = trained_with(model, task)
     for key in sorted(saved):
-        if saved[key] != current.get(key, "nothing"):
-            return f"it was trained with {key}={saved[key]!r}, the config says {current.get(key)!r}"
+        if key not in current:
+            return f"it was trained with {key}={saved[key]!r}, a setting this version of tinytf does not have"
+        if saved[key] != current[key]:
+            return f"it was trained with {key}={saved[key]!r}, the config says {current[key]!r}"
     return None
 
 
