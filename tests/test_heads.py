@@ -482,8 +482,11 @@ def test_zero_ablation_keeps_a_callers_hook_that_only_watches():
     model, framing, task = tiny_model("decoder")
     pairs = task.sample(10, torch.Generator().manual_seed(6))
     seen = []
-    watch = {"decoder.0.self.z": lambda z: seen.append(z.shape) and None}
-    watched = head_scores(model, framing, pairs, ablate="zero", hooks=watch)
+
+    def watch(z):  # returns nothing: the value goes on unchanged
+        seen.append(z.shape)
+
+    watched = head_scores(model, framing, pairs, ablate="zero", hooks={"decoder.0.self.z": watch})
     plain = head_scores(model, framing, pairs, ablate="zero")
     assert seen and [h.ablation for h in watched.heads] == [h.ablation for h in plain.heads]
 

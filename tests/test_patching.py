@@ -343,12 +343,10 @@ def test_a_clean_answer_tied_with_the_wrong_one_is_not_counted_correct(model_and
     model, framing = model_and_vocab
     first, second = minimal_pairs("subject", 2, seed=0)  # "... sit" / "sits", then "... run" / "runs"
     assert {first.answer, first.wrong}.isdisjoint({second.answer, second.wrong})
-    tied = copy.deepcopy(model)  # the first pair's two answers get one embedding: and one logit (tied weights)
-    vocab = framing.task.vocab
+    answer, wrong = (framing.task.vocab.encode(word)[0] for word in (first.answer, first.wrong))
+    tied = copy.deepcopy(model)  # one embedding for the first pair's two answers: with tied weights, one logit
     with torch.no_grad():
-        tied.token_embedding.weight[vocab.encode(first.wrong)[0]] = tied.token_embedding.weight[
-            vocab.encode(first.answer)[0]
-        ]
+        tied.token_embedding.weight[wrong] = tied.token_embedding.weight[answer]
     report = patch(tied, prompts_of(framing, [first, second], 64))
     assert report.per_pair[0].ld_clean == 0.0 and report.per_pair[1].ld_clean != 0.0
     assert report.clean_correct == (report.per_pair[1].ld_clean > 0) / 2
