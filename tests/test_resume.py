@@ -258,8 +258,11 @@ def test_ctrl_c_saves_and_prints_the_resume_command(tmp_path):
 def test_resuming_a_finished_run_trains_on_only_when_asked(trained, tmp_path):
     run_dir = copy_run(trained[1], tmp_path)
     steps_before = load_checkpoint(RunFolder(run_dir).checkpoint("last"))["step"]
-    kept = {name: digest for name, digest in snapshot(run_dir).items() if name.startswith("checkpoints/")}
-    kept["metrics.jsonl"] = snapshot(run_dir)["metrics.jsonl"]
+    kept = {
+        name: digest
+        for name, digest in snapshot(run_dir).items()
+        if name.startswith("checkpoints/") or name == "metrics.jsonl"
+    }
     again = invoke("train", "--resume", run_dir)
     assert again.exit_code == 0, again.output
     assert again.stdout.startswith(f"resumed from step {steps_before} (last.pt)\nrun {run_dir}\n")  # nothing redone

@@ -235,7 +235,7 @@ def test_a_last_pt_written_before_snapshots_existed_resumes(tmp_path):
     state = load_checkpoint(path)
     state["window"] = {key: state["window"][key] for key in ("loss_sum", "steps")}  # as tinytf wrote it then
     save_checkpoint(state, path)
-    resumed = train(tiny_config(train={"steps": 10, "snapshot_every": EVERY}, log={"every": 1}), resume=first.run_dir)
+    resumed = train(snapshot_config(), resume=first.run_dir)
     assert resumed.step == 10
     assert [step for step, _ in RunFolder(first.run_dir).snapshots()] == [8, 10]
 

@@ -29,14 +29,14 @@ import numpy as np
 
 from tinytf.data.framing import Framing
 from tinytf.errors import UserError
-from tinytf.inspect.heads import HeadReport, head_scores
+from tinytf.inspect.heads import LABEL_THRESHOLD, HeadReport, head_scores
 from tinytf.inspect.patching import AT, PatchReport, patch, prompts_of
 from tinytf.model import Transformer
 from tinytf.model.names import act_name, head_name
 from tinytf.tasks.base import MinimalPair, Pairs
 
 SCORED_ON = ("held_out", "prompts")  # where a head's looking is measured
-LOOKS = 0.5  # a head looks at the pattern from this score (heads.py's LABEL_THRESHOLD)
+LOOKS = LABEL_THRESHOLD  # a head looks at the pattern from this score, as `heads` labels it
 CAUSES = 0.2  # a head causes the answer from this share restored
 BOOTSTRAP_SAMPLES = 1000
 BOOTSTRAP_SEED = 0
@@ -54,6 +54,13 @@ class Correlation:
     rho: float | None  # Spearman's, across heads; None when every head scores alike
     low: float | None  # the bootstrap's 2.5th percentile
     high: float | None  # its 97.5th
+
+    def text(self) -> str:
+        """Rho and its interval, as "0.76 [0.74, 0.86]"; "-" without rho."""
+        if self.rho is None:
+            return "-"
+        interval = "" if self.low is None else f" [{self.low:.2f}, {self.high:.2f}]"
+        return f"{self.rho:.2f}{interval}"
 
 
 @dataclass
@@ -98,7 +105,8 @@ def compare(
     """Each head's score and shares restored for `pairs` of `construction`, and the rank
     correlations across heads (module docstring); `model` in eval mode."""
     pattern = pattern_of(framing.task.alignment_patterns, construction)
-    patched = {at: patch(model, prompts_of(framing, pairs, model.config.max_len), "head", at) for at in AT}
+    groups = prompts_of(framing, pairs, model.config.max_len)
+    patched = {at: patch(model, groups, "head", at) for at in AT}
     scores = {
         "held_out": [_scores(head_scores(model, framing, held_out[i : i + 1]), pattern) for i in range(len(held_out))],
         "prompts": [_scores(head_scores(model, framing, text=f"{p.clean} {p.answer}"), pattern) for p in pairs],

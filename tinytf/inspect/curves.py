@@ -78,10 +78,7 @@ def looking_causing_figure(comparison: Comparison, places: Mapping[str, str]) ->
                 xytext=(3, 3),
                 textcoords="offset points",
             )
-        correlation = comparison.spearman["held_out"][at]
-        rho = "-" if correlation.rho is None else f"{correlation.rho:.2f}"
-        interval = "" if correlation.low is None else f" [{correlation.low:.2f}, {correlation.high:.2f}]"
-        ax.set_title(f"patched at {words}\nSpearman {rho}{interval}", fontsize=10)
+        ax.set_title(f"patched at {words}\nSpearman {comparison.spearman['held_out'][at].text()}", fontsize=10)
         ax.set_xlabel(f"{comparison.pattern} score (held-out)")
         ax.axhline(0, color="grey", linewidth=0.5)
     axes[0].set_ylabel("share of the answer restored")

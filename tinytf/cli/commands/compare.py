@@ -43,7 +43,7 @@ class Compared:
         lines.append("\nSpearman's rho across heads, score against restored (95% bootstrap interval):")
         lines.append(f"{'':<18}" + "".join(f"{PLACES[at]:>24}" for at in AT))
         for on, label in (("held_out", "held-out score"), ("prompts", "score on the pairs")):
-            lines.append(f"{label:<18}" + "".join(f"{_correlation(c.spearman[on][at]):>24}" for at in AT))
+            lines.append(f"{label:<18}" + "".join(f"{c.spearman[on][at].text():>24}" for at in AT))
         lines.append(f"\nlooks without causing: {', '.join(c.looks_without_causing()) or 'none'}")
         lines.append(f"causes without looking: {', '.join(c.causes_without_looking()) or 'none'}")
         return "\n".join(line.rstrip() for line in lines)
@@ -78,10 +78,3 @@ def compared(loaded: LoadedRun, checkpoint: str, construction: str, pairs: int, 
 
 def _cell(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}"
-
-
-def _correlation(correlation) -> str:
-    if correlation.rho is None:
-        return "-"
-    interval = "" if correlation.low is None else f" [{correlation.low:.2f}, {correlation.high:.2f}]"
-    return f"{correlation.rho:.2f}{interval}"
